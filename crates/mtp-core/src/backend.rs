@@ -1,0 +1,603 @@
+//! The backend contract: one trait, one array type with a runtime dtype, fallible ops.
+//!
+//! # Design
+//!
+//! A backend is a small handle (it knows its device) whose methods are the array operations the
+//! decode loops, caches, acceptance math and a Gemma-style transformer need. Every op returns
+//! `Result<_, Self::Error>`. Ops split in three groups:
+//!
+//! * **required**: creation, host reads, shape ops, elementwise/broadcast arithmetic, reductions,
+//!   indexing and matmul: the small set every backend implements;
+//! * **fused ops a backend may accelerate** ([`Backend::softmax`], [`Backend::rms_norm`],
+//!   [`Backend::rope`], [`Backend::attention`], [`Backend::top_k`], [`Backend::gelu_tanh`]): they
+//!   have portable default bodies written with the required ops, so *adding a kernel* means
+//!   overriding one method and running the conformance suite against the reference backend;
+//! * **hooks** for lazy or asynchronous backends ([`Backend::eval`], [`Backend::async_eval`]) and
+//!   for in-place caches ([`Backend::write_slice`], [`Backend::deep_copy`]), no-ops or functional
+//!   defaults on eager backends.
+//!
+//! # Conventions
+//!
+//! * Shapes are row-major `&[usize]`; axes are `usize` counted from the front.
+//! * Binary ops broadcast with NumPy rules; a 0-d array is a scalar.
+//! * Reductions, `argmax` and `cumsum` keep the reduced axis (size 1 for reductions).
+//! * Index arrays are `U32` or `I32`; masks produced by comparisons are `U32` (0 or 1).
+//! * Host reads ([`Backend::to_vec_f32`], [`Backend::to_vec_u32`]) are the only sync points.
+//!
+//! # Threading
+//!
+//! The trait asks for no `Sync` on arrays: MLX arrays must stay on one thread. Engines and models
+//! take `&B` and never send arrays across threads.
+
+use crate::{CoreError, DType};
+
+/// Elementwise binary operations (broadcasting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b`
+    Div,
+    /// `max(a, b)`
+    Maximum,
+    /// `min(a, b)`
+    Minimum,
+}
+
+/// Elementwise unary operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `-x`
+    Neg,
+    /// `e^x`
+    Exp,
+    /// natural log
+    Log,
+    /// square root
+    Sqrt,
+    /// `1 / sqrt(x)`
+    Rsqrt,
+    /// hyperbolic tangent
+    Tanh,
+    /// absolute value
+    Abs,
+}
+
+/// Elementwise comparisons; the result is a `U32` mask of 0/1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CompareOp {
+    /// `a == b`
+    Eq,
+    /// `a != b`
+    Ne,
+    /// `a < b`
+    Lt,
+    /// `a <= b`
+    Le,
+    /// `a > b`
+    Gt,
+    /// `a >= b`
+    Ge,
+}
+
+/// Reductions along one axis (the axis is kept with size 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// sum
+    Sum,
+    /// arithmetic mean
+    Mean,
+    /// maximum
+    Max,
+    /// minimum
+    Min,
+}
+
+/// Sort direction for [`Backend::argsort`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SortOrder {
+    /// smallest first
+    Ascending,
+    /// largest first
+    Descending,
+}
+
+/// Whether queries may look at keys later than themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Causality {
+    /// A query at position `p` sees keys at positions `<= p` (decoder attention).
+    Causal,
+    /// Every query sees every key (subject only to the window).
+    Bidirectional,
+}
+
+/// Which keys each query may attend to, stated in absolute positions.
+///
+/// Query row `i` sits at position `query_start + i`; key column `j` at `key_start + j`. Key `kp`
+/// is visible to query `qp` when the causality allows it (`kp <= qp` when causal) and, with a
+/// sliding window `w`, when `|qp - kp| < w` (so a query sees itself and the `w - 1` keys before
+/// it — HF transformers' sliding-window rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AttentionMask {
+    /// Absolute position of the first query row.
+    pub query_start: usize,
+    /// Absolute position of the first key column.
+    pub key_start: usize,
+    /// Causal or bidirectional.
+    pub causality: Causality,
+    /// Sliding-window length, if any.
+    pub window: Option<usize>,
+}
+
+impl AttentionMask {
+    /// A causal mask without a window.
+    pub fn causal(query_start: usize, key_start: usize) -> Self {
+        Self { query_start, key_start, causality: Causality::Causal, window: None }
+    }
+
+    /// The same mask restricted to a sliding window of `window` positions.
+    pub fn with_window(mut self, window: Option<usize>) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Whether the key at absolute position `key` is visible to the query at `query`.
+    pub fn allows(&self, query: usize, key: usize) -> bool {
+        if self.causality == Causality::Causal && key > query {
+            return false;
+        }
+        match self.window {
+            Some(w) => query.abs_diff(key) < w,
+            None => true,
+        }
+    }
+
+    /// The additive mask as a dense row-major `[tq, tk]` table of `0` and `-inf`.
+    pub fn to_additive(&self, tq: usize, tk: usize) -> Vec<f32> {
+        let mut out = Vec::with_capacity(tq * tk);
+        for i in 0..tq {
+            for j in 0..tk {
+                let visible = self.allows(self.query_start + i, self.key_start + j);
+                out.push(if visible { 0.0 } else { f32::NEG_INFINITY });
+            }
+        }
+        out
+    }
+}
+
+/// The array backend every model, cache and decode loop is written against.
+///
+/// See the [module docs](self) for the conventions. Implementations: the host
+/// [`ReferenceBackend`](crate::reference::ReferenceBackend) in this crate (the oracle of every
+/// parity test), candle in `backend-candle`, MLX in `backend-mlx`.
+pub trait Backend: Clone + std::fmt::Debug {
+    /// Where arrays live (a CPU, a GPU ordinal, ...).
+    type Device: Clone + std::fmt::Debug;
+    /// One array type with a runtime [`DType`]. Cloning is cheap (reference counted).
+    type Array: Clone + std::fmt::Debug;
+    /// The backend's error; backend-neutral code reports its own problems as [`CoreError`].
+    type Error: std::error::Error + Send + Sync + 'static + From<CoreError>;
+
+    /// A short name for logs and reports ("reference", "candle-cpu", ...).
+    fn name(&self) -> String;
+    /// The device this backend computes on.
+    fn device(&self) -> &Self::Device;
+
+    // ------------------------------------------------------------------ creation and host reads
+
+    /// An array from host `f32` data, stored as `dtype` (a float dtype).
+    fn from_f32(&self, data: &[f32], shape: &[usize], dtype: DType)
+        -> Result<Self::Array, Self::Error>;
+    /// A `U32` array from host data.
+    fn from_u32(&self, data: &[u32], shape: &[usize]) -> Result<Self::Array, Self::Error>;
+    /// An `I32` array from host data.
+    fn from_i32(&self, data: &[i32], shape: &[usize]) -> Result<Self::Array, Self::Error>;
+    /// An array of `shape` filled with `value`, stored as `dtype`.
+    fn full(&self, shape: &[usize], value: f32, dtype: DType) -> Result<Self::Array, Self::Error>;
+    /// Every element as `f32`, row-major (a sync point).
+    fn to_vec_f32(&self, x: &Self::Array) -> Result<Vec<f32>, Self::Error>;
+    /// Every element of an integer array as `u32`, row-major (a sync point). Negative values are
+    /// an error.
+    fn to_vec_u32(&self, x: &Self::Array) -> Result<Vec<u32>, Self::Error>;
+    /// The shape of `x`.
+    fn shape(&self, x: &Self::Array) -> Vec<usize>;
+    /// The dtype of `x`.
+    fn dtype(&self, x: &Self::Array) -> DType;
+    /// `x` converted to `dtype` (float→int truncates toward zero).
+    fn cast(&self, x: &Self::Array, dtype: DType) -> Result<Self::Array, Self::Error>;
+
+    // ------------------------------------------------------------------ shape ops
+
+    /// `x` with a new shape of the same element count.
+    fn reshape(&self, x: &Self::Array, shape: &[usize]) -> Result<Self::Array, Self::Error>;
+    /// `x` with axes `a` and `b` swapped.
+    fn transpose(&self, x: &Self::Array, a: usize, b: usize) -> Result<Self::Array, Self::Error>;
+    /// `len` elements of `x` along `axis` starting at `start`.
+    fn slice(
+        &self,
+        x: &Self::Array,
+        axis: usize,
+        start: usize,
+        len: usize,
+    ) -> Result<Self::Array, Self::Error>;
+    /// The arrays joined along `axis` (all other dims equal, one dtype).
+    fn concat(&self, xs: &[&Self::Array], axis: usize) -> Result<Self::Array, Self::Error>;
+
+    // ------------------------------------------------------------------ elementwise
+
+    /// Elementwise binary op with broadcasting. Both operands share a dtype.
+    fn binary(
+        &self,
+        a: &Self::Array,
+        b: &Self::Array,
+        op: BinaryOp,
+    ) -> Result<Self::Array, Self::Error>;
+    /// Elementwise unary op on a float array.
+    fn unary(&self, x: &Self::Array, op: UnaryOp) -> Result<Self::Array, Self::Error>;
+    /// Elementwise comparison with broadcasting; a `U32` mask of 0/1.
+    fn compare(
+        &self,
+        a: &Self::Array,
+        b: &Self::Array,
+        op: CompareOp,
+    ) -> Result<Self::Array, Self::Error>;
+    /// `cond != 0 ? a : b`, broadcasting all three.
+    fn where_cond(
+        &self,
+        cond: &Self::Array,
+        a: &Self::Array,
+        b: &Self::Array,
+    ) -> Result<Self::Array, Self::Error>;
+
+    // ------------------------------------------------------------------ reductions and scans
+
+    /// Reduce along `axis`, keeping it with size 1.
+    fn reduce(&self, x: &Self::Array, axis: usize, op: ReduceOp)
+        -> Result<Self::Array, Self::Error>;
+    /// Index of the largest element along `axis` (first on ties), as `U32`, axis kept (size 1).
+    fn argmax(&self, x: &Self::Array, axis: usize) -> Result<Self::Array, Self::Error>;
+    /// Indices that sort `x` along `axis` (stable), as `U32`.
+    fn argsort(
+        &self,
+        x: &Self::Array,
+        axis: usize,
+        order: SortOrder,
+    ) -> Result<Self::Array, Self::Error>;
+    /// Inclusive cumulative sum along `axis`.
+    fn cumsum(&self, x: &Self::Array, axis: usize) -> Result<Self::Array, Self::Error>;
+
+    // ------------------------------------------------------------------ indexing
+
+    /// Rows of `table` (`[n, d]`) picked by integer `ids` of any shape: `ids.shape ++ [d]`.
+    fn embedding(&self, table: &Self::Array, ids: &Self::Array)
+        -> Result<Self::Array, Self::Error>;
+    /// NumPy `take_along_axis`: `out[.., i, ..] = x[.., indices[.., i, ..], ..]` along `axis`;
+    /// `indices` has the rank of `x` and equal dims except along `axis`.
+    fn take_along_axis(
+        &self,
+        x: &Self::Array,
+        indices: &Self::Array,
+        axis: usize,
+    ) -> Result<Self::Array, Self::Error>;
+    /// NumPy `put_along_axis`: a copy of `x` with `src` written at `indices` along `axis`
+    /// (`indices` and `src` share a shape).
+    fn scatter(
+        &self,
+        x: &Self::Array,
+        indices: &Self::Array,
+        src: &Self::Array,
+        axis: usize,
+    ) -> Result<Self::Array, Self::Error>;
+
+    // ------------------------------------------------------------------ linear algebra
+
+    /// Matrix product over the last two axes, broadcasting leading axes:
+    /// `[.., m, k] x [.., k, n] -> [.., m, n]`.
+    fn matmul(&self, a: &Self::Array, b: &Self::Array) -> Result<Self::Array, Self::Error>;
+
+    // ------------------------------------------------------------------ hooks
+
+    /// Force evaluation of lazy arrays (no-op on eager backends).
+    fn eval(&self, _xs: &[&Self::Array]) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Start evaluating lazy arrays without waiting (no-op on eager backends).
+    fn async_eval(&self, _xs: &[&Self::Array]) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Write `src` into `dst` along `axis` at `start` (`dst` keeps its shape). Backends with
+    /// mutable storage override this to write in place; the default rebuilds `dst`.
+    fn write_slice(
+        &self,
+        dst: &mut Self::Array,
+        src: &Self::Array,
+        axis: usize,
+        start: usize,
+    ) -> Result<(), Self::Error> {
+        let dst_shape = self.shape(dst);
+        let src_shape = self.shape(src);
+        let rank = dst_shape.len();
+        if axis >= rank {
+            return Err(CoreError::AxisOutOfRange { op: "write_slice", axis, rank }.into());
+        }
+        let len = src_shape.get(axis).copied().unwrap_or(0);
+        let same_rank = src_shape.len() == rank;
+        let fits = start + len <= dst_shape[axis];
+        let others_match = same_rank
+            && dst_shape.iter().zip(&src_shape).enumerate().all(|(i, (d, s))| i == axis || d == s);
+        if !fits || !others_match {
+            return Err(CoreError::ShapeMismatch { op: "write_slice", lhs: dst_shape, rhs: src_shape }
+                .into());
+        }
+        let total = dst_shape[axis];
+        let mut parts = Vec::with_capacity(3);
+        let head = self.slice(dst, axis, 0, start)?;
+        let tail = self.slice(dst, axis, start + len, total - start - len)?;
+        if start > 0 {
+            parts.push(&head);
+        }
+        parts.push(src);
+        if start + len < total {
+            parts.push(&tail);
+        }
+        *dst = self.concat(&parts, axis)?;
+        Ok(())
+    }
+
+    /// A copy of `x` that later in-place writes to either array cannot affect. Backends whose
+    /// arrays are immutable keep the default (a cheap clone).
+    fn deep_copy(&self, x: &Self::Array) -> Result<Self::Array, Self::Error> {
+        Ok(x.clone())
+    }
+
+    // ------------------------------------------------------------------ derived helpers
+
+    /// `a + b`.
+    fn add(&self, a: &Self::Array, b: &Self::Array) -> Result<Self::Array, Self::Error> {
+        self.binary(a, b, BinaryOp::Add)
+    }
+    /// `a - b`.
+    fn sub(&self, a: &Self::Array, b: &Self::Array) -> Result<Self::Array, Self::Error> {
+        self.binary(a, b, BinaryOp::Sub)
+    }
+    /// `a * b`.
+    fn mul(&self, a: &Self::Array, b: &Self::Array) -> Result<Self::Array, Self::Error> {
+        self.binary(a, b, BinaryOp::Mul)
+    }
+    /// `a / b`.
+    fn div(&self, a: &Self::Array, b: &Self::Array) -> Result<Self::Array, Self::Error> {
+        self.binary(a, b, BinaryOp::Div)
+    }
+
+    /// A 0-d array holding `value` in `dtype`.
+    fn scalar(&self, value: f32, dtype: DType) -> Result<Self::Array, Self::Error> {
+        self.full(&[], value, dtype)
+    }
+
+    /// `x * mul + add`, elementwise, in `x`'s dtype.
+    fn affine(&self, x: &Self::Array, mul: f32, add: f32) -> Result<Self::Array, Self::Error> {
+        let dtype = self.dtype(x);
+        let scaled = self.mul(x, &self.scalar(mul, dtype)?)?;
+        if add == 0.0 {
+            return Ok(scaled);
+        }
+        self.add(&scaled, &self.scalar(add, dtype)?)
+    }
+
+    /// `x @ w^T` for a linear layer with weight `w` of shape `[out, in]`; `x` is `[.., in]`.
+    fn linear(&self, x: &Self::Array, w: &Self::Array) -> Result<Self::Array, Self::Error> {
+        let x_shape = self.shape(x);
+        let w_shape = self.shape(w);
+        let (Some(&inner), [out, w_in]) = (x_shape.last(), w_shape.as_slice()) else {
+            return Err(CoreError::ShapeMismatch { op: "linear", lhs: x_shape, rhs: w_shape }.into());
+        };
+        if inner != *w_in {
+            return Err(CoreError::ShapeMismatch { op: "linear", lhs: x_shape, rhs: w_shape }.into());
+        }
+        let rows: usize = x_shape[..x_shape.len() - 1].iter().product();
+        let flat = self.reshape(x, &[rows, inner])?;
+        let wt = self.transpose(w, 0, 1)?;
+        let y = self.matmul(&flat, &wt)?;
+        let mut out_shape = x_shape[..x_shape.len() - 1].to_vec();
+        out_shape.push(*out);
+        self.reshape(&y, &out_shape)
+    }
+
+    /// `x` without its last axis when that axis has size 1 (shape helper).
+    fn squeeze_last(&self, x: &Self::Array) -> Result<Self::Array, Self::Error> {
+        let mut shape = self.shape(x);
+        if shape.last() != Some(&1) {
+            return Err(CoreError::InvalidArgument {
+                op: "squeeze_last",
+                message: format!("last axis of {shape:?} is not 1"),
+            }
+            .into());
+        }
+        shape.pop();
+        self.reshape(x, &shape)
+    }
+
+    // ------------------------------------------------------------------ fused ops (overridable)
+
+    /// Softmax along `axis`, computed in `x`'s dtype with the max subtracted first.
+    fn softmax(&self, x: &Self::Array, axis: usize) -> Result<Self::Array, Self::Error> {
+        let max = self.reduce(x, axis, ReduceOp::Max)?;
+        let shifted = self.sub(x, &max)?;
+        let e = self.unary(&shifted, UnaryOp::Exp)?;
+        let sum = self.reduce(&e, axis, ReduceOp::Sum)?;
+        self.div(&e, &sum)
+    }
+
+    /// Log-softmax along `axis`.
+    fn log_softmax(&self, x: &Self::Array, axis: usize) -> Result<Self::Array, Self::Error> {
+        let max = self.reduce(x, axis, ReduceOp::Max)?;
+        let shifted = self.sub(x, &max)?;
+        let e = self.unary(&shifted, UnaryOp::Exp)?;
+        let sum = self.reduce(&e, axis, ReduceOp::Sum)?;
+        self.sub(&shifted, &self.unary(&sum, UnaryOp::Log)?)
+    }
+
+    /// GELU with the tanh approximation:
+    /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+    fn gelu_tanh(&self, x: &Self::Array) -> Result<Self::Array, Self::Error> {
+        let x3 = self.mul(&self.mul(x, x)?, x)?;
+        let inner = self.add(x, &self.affine(&x3, 0.044_715, 0.0)?)?;
+        let scaled = self.affine(&inner, (2.0 / std::f32::consts::PI).sqrt(), 0.0)?;
+        let t = self.unary(&scaled, UnaryOp::Tanh)?;
+        let one_plus = self.affine(&t, 1.0, 1.0)?;
+        self.mul(&self.affine(x, 0.5, 0.0)?, &one_plus)
+    }
+
+    /// RMS normalisation over the last axis: `x / sqrt(mean(x^2) + eps) * weight`, the weight
+    /// (shape `[d]`) used as given; `None` for a norm without scale.
+    fn rms_norm(
+        &self,
+        x: &Self::Array,
+        weight: Option<&Self::Array>,
+        eps: f32,
+    ) -> Result<Self::Array, Self::Error> {
+        let rank = self.shape(x).len();
+        let Some(last) = rank.checked_sub(1) else {
+            return Err(CoreError::AxisOutOfRange { op: "rms_norm", axis: 0, rank }.into());
+        };
+        let sq = self.mul(x, x)?;
+        let mean = self.reduce(&sq, last, ReduceOp::Mean)?;
+        let inv = self.unary(&self.affine(&mean, 1.0, eps)?, UnaryOp::Rsqrt)?;
+        let normed = self.mul(x, &inv)?;
+        match weight {
+            Some(w) => self.mul(&normed, w),
+            None => Ok(normed),
+        }
+    }
+
+    /// Rotary position embedding on `x` of shape `[b, h, t, d]` for the contiguous positions
+    /// `start .. start + t`.
+    ///
+    /// `inv_freq` has `r / 2` entries for the `r <= d` rotated dims, in the half-split (NeoX /
+    /// HF `rotate_half`) layout: for `i < r/2`, dims `i` and `i + r/2` rotate by
+    /// `angle = position * inv_freq[i]`; dims `r..d` pass through. A layer with its own
+    /// frequencies (or a proportional scheme with zero frequencies) passes its own table.
+    fn rope(
+        &self,
+        x: &Self::Array,
+        start: usize,
+        inv_freq: &[f32],
+    ) -> Result<Self::Array, Self::Error> {
+        let shape = self.shape(x);
+        let [_, _, t, d] = shape[..] else {
+            return Err(CoreError::InvalidArgument {
+                op: "rope",
+                message: format!("expected [b, h, t, d], got {shape:?}"),
+            }
+            .into());
+        };
+        let half = inv_freq.len();
+        let rot = 2 * half;
+        if rot > d || half == 0 {
+            return Err(CoreError::InvalidArgument {
+                op: "rope",
+                message: format!("{half} frequencies do not fit head dim {d}"),
+            }
+            .into());
+        }
+        let dtype = self.dtype(x);
+        let mut cos = Vec::with_capacity(t * half);
+        let mut sin = Vec::with_capacity(t * half);
+        for pos in start..start + t {
+            for &f in inv_freq {
+                let angle = pos as f32 * f;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        let cos = self.from_f32(&cos, &[t, half], dtype)?;
+        let sin = self.from_f32(&sin, &[t, half], dtype)?;
+        let x1 = self.slice(x, 3, 0, half)?;
+        let x2 = self.slice(x, 3, half, half)?;
+        let r1 = self.sub(&self.mul(&x1, &cos)?, &self.mul(&x2, &sin)?)?;
+        let r2 = self.add(&self.mul(&x2, &cos)?, &self.mul(&x1, &sin)?)?;
+        if rot == d {
+            self.concat(&[&r1, &r2], 3)
+        } else {
+            let pass = self.slice(x, 3, rot, d - rot)?;
+            self.concat(&[&r1, &r2, &pass], 3)
+        }
+    }
+
+    /// Scaled dot-product attention with grouped KV heads.
+    ///
+    /// `q: [b, hq, tq, d]`, `k: [b, hkv, tk, d]`, `v: [b, hkv, tk, dv]` with `hq` a multiple of
+    /// `hkv` (query head `i` reads KV head `i / (hq / hkv)`); returns `[b, hq, tq, dv]`.
+    /// Scores are `scale * q k^T` plus the [`AttentionMask`]; a query that sees no key at all
+    /// gets zeros.
+    fn attention(
+        &self,
+        q: &Self::Array,
+        k: &Self::Array,
+        v: &Self::Array,
+        mask: &AttentionMask,
+        scale: f32,
+    ) -> Result<Self::Array, Self::Error> {
+        let qs = self.shape(q);
+        let ks = self.shape(k);
+        let vs = self.shape(v);
+        let ([b, hq, tq, d], [kb, hkv, tk, kd], [vb, vh, vt, dv]) = (&qs[..], &ks[..], &vs[..])
+        else {
+            return Err(CoreError::ShapeMismatch { op: "attention", lhs: qs, rhs: ks }.into());
+        };
+        let consistent = b == kb && b == vb && d == kd && hkv == vh && tk == vt;
+        if !consistent || *hkv == 0 || hq % hkv != 0 {
+            return Err(CoreError::ShapeMismatch { op: "attention", lhs: qs, rhs: ks }.into());
+        }
+        let (b, hq, tq, d, hkv, tk, dv) = (*b, *hq, *tq, *d, *hkv, *tk, *dv);
+        let groups = hq / hkv;
+        // Fold the query heads of one KV head into the row axis: [b, hkv, groups * tq, d].
+        let qg = self.reshape(q, &[b, hkv, groups * tq, d])?;
+        let kt = self.transpose(k, 2, 3)?;
+        let scores = self.affine(&self.matmul(&qg, &kt)?, scale, 0.0)?;
+        let base = mask.to_additive(tq, tk);
+        let mut tiled = Vec::with_capacity(groups * base.len());
+        for _ in 0..groups {
+            tiled.extend_from_slice(&base);
+        }
+        let dtype = self.dtype(&scores);
+        let additive = self.from_f32(&tiled, &[groups * tq, tk], dtype)?;
+        let masked = self.add(&scores, &additive)?;
+        let probs = self.softmax(&masked, 3)?;
+        // Rows with no visible key are NaN after softmax (-inf - -inf); zero them.
+        let finite = self.compare(&probs, &probs, CompareOp::Eq)?;
+        let zeros = self.scalar(0.0, dtype)?;
+        let probs = self.where_cond(&finite, &probs, &zeros)?;
+        let out = self.matmul(&probs, v)?;
+        self.reshape(&out, &[b, hq, tq, dv])
+    }
+
+    /// The `k` largest values along the last axis and their indices (`U32`), largest first.
+    fn top_k(
+        &self,
+        x: &Self::Array,
+        k: usize,
+    ) -> Result<(Self::Array, Self::Array), Self::Error> {
+        let shape = self.shape(x);
+        let Some(last) = shape.len().checked_sub(1) else {
+            return Err(CoreError::AxisOutOfRange { op: "top_k", axis: 0, rank: 0 }.into());
+        };
+        if k == 0 || k > shape[last] {
+            return Err(CoreError::InvalidArgument {
+                op: "top_k",
+                message: format!("k = {k} for an axis of {}", shape[last]),
+            }
+            .into());
+        }
+        let order = self.argsort(x, last, SortOrder::Descending)?;
+        let idx = self.slice(&order, last, 0, k)?;
+        let values = self.take_along_axis(x, &idx, last)?;
+        Ok((values, idx))
+    }
+}

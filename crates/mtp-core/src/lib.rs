@@ -1,0 +1,40 @@
+//! # mtp-core
+//!
+//! The backend-neutral core of mtp-rs, multi-token-prediction (MTP) speculative decoding:
+//!
+//! * [`Backend`] — the array contract every backend implements, with fused ops that have
+//!   portable default bodies (override one to add a kernel);
+//! * [`reference::ReferenceBackend`] — plain Rust over `Vec<f32>`, the oracle of every parity test;
+//! * [`cache`] — full and sliding-window KV caches with an exact speculation transaction
+//!   (begin → write → commit(n)), isolated forks and read-only views;
+//! * [`model`] — the target and MTP drafter traits that models implement once over a backend;
+//! * [`sampling`] — the sampler (temperature, top-k, top-p, min-p, penalties, seed) whose
+//!   speculative calls never mutate state;
+//! * [`acceptance`] — the verification rules of speculative decoding as pure functions;
+//! * [`schedule`] — draft-depth schedules (constant, heuristic, cost-aware adaptive);
+//! * [`options`] — MTP options from model defaults, environment and request, and eligibility;
+//! * [`engine`] — the decode engine: plain, greedy MTP and sampled MTP, with batched, serial and
+//!   compare-serial validation, streaming, cancellation and statistics;
+//! * [`testing`] — small hand-built models for tests and examples.
+//!
+//! Nothing here depends on an ML framework.
+#![warn(missing_docs)]
+
+pub mod acceptance;
+pub mod backend;
+pub mod cache;
+mod dtype;
+pub mod engine;
+mod error;
+pub mod model;
+pub mod options;
+pub mod reference;
+pub mod sampling;
+pub mod schedule;
+pub mod testing;
+
+pub use backend::{
+    AttentionMask, Backend, BinaryOp, Causality, CompareOp, ReduceOp, SortOrder, UnaryOp,
+};
+pub use dtype::DType;
+pub use error::{CoreError, CoreResult};

@@ -1,0 +1,79 @@
+//! The model traits: a target that verifies and an MTP drafter that proposes.
+//!
+//! Models are written once, generic over [`Backend`], and receive their caches explicitly (the
+//! engine owns the [`CacheSet`] and passes it in), so the engine can open a speculation
+//! transaction around a verification forward and fork caches for compare-serial checks.
+
+use crate::cache::CacheSet;
+use crate::options::MtpDefaults;
+use crate::Backend;
+
+/// What one target forward returns.
+#[derive(Debug, Clone)]
+pub struct TargetOutput<B: Backend> {
+    /// The final (normed) hidden states, `[1, t, hidden]`, ready for [`TargetModel::unembed`].
+    pub hidden: B::Array,
+    /// The hidden states the drafter conditions on, `[1, t, hidden_draft]` (for Gemma 4 the same
+    /// final normed hidden).
+    pub draft_hidden: B::Array,
+}
+
+/// The target model: the one whose output speculative decoding must reproduce exactly.
+pub trait TargetModel<B: Backend> {
+    /// Vocabulary size (the last dim of the logits).
+    fn vocab_size(&self) -> usize;
+
+    /// The longest sequence (prompt + generated) the model accepts.
+    fn max_context(&self) -> usize;
+
+    /// Fresh, empty caches for one sequence, one entry per cache-owning layer.
+    fn new_caches(&self, backend: &B) -> Result<CacheSet<B>, B::Error>;
+
+    /// Run the tokens `ids` (`[1, t]`, `U32`) at positions `start .. start + t`, appending their
+    /// keys and values to `caches`.
+    fn forward(
+        &self,
+        backend: &B,
+        ids: &B::Array,
+        start: usize,
+        caches: &mut CacheSet<B>,
+    ) -> Result<TargetOutput<B>, B::Error>;
+
+    /// Logits `[1, t, vocab]` (f32) for final hidden states `[1, t, hidden]`.
+    fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error>;
+
+    /// The input embeddings of `ids` (`[1, t]`) as the drafter consumes them, `[1, t, hidden]`.
+    fn token_embeddings(&self, backend: &B, ids: &B::Array) -> Result<B::Array, B::Error>;
+
+    /// Model-provided MTP defaults (initial and max draft tokens, enabled).
+    fn mtp_defaults(&self) -> MtpDefaults {
+        MtpDefaults::default()
+    }
+}
+
+/// One drafter step's result.
+#[derive(Debug, Clone)]
+pub struct DraftStep<B: Backend> {
+    /// Draft logits `[1, 1, vocab]` (f32).
+    pub logits: B::Array,
+    /// The projected hidden `[1, 1, hidden_draft]` that conditions the next step of the chain.
+    pub projected: B::Array,
+}
+
+/// An MTP drafter ("assistant" head) that proposes one token per step.
+///
+/// The engine feeds it "single-position" chains: the input of step `j` is
+/// `concat(token_embeddings(x_j), h_j)` along the last axis, where `x_0` is the token about to be
+/// verified, `h_0` the target's draft hidden at the position before it, and later steps use the
+/// previous step's proposal and projected hidden. Every step of a chain uses the same `anchor`,
+/// the last position already in the target caches, which the drafter reads and must not modify.
+pub trait MtpDrafter<B: Backend> {
+    /// One draft step from `input` (`[1, 1, 2 * hidden]`) at `anchor`.
+    fn draft_step(
+        &self,
+        backend: &B,
+        input: &B::Array,
+        anchor: usize,
+        target_caches: &CacheSet<B>,
+    ) -> Result<DraftStep<B>, B::Error>;
+}
