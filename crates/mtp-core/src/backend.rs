@@ -136,7 +136,12 @@ pub struct AttentionMask {
 impl AttentionMask {
     /// A causal mask without a window.
     pub fn causal(query_start: usize, key_start: usize) -> Self {
-        Self { query_start, key_start, causality: Causality::Causal, window: None }
+        Self {
+            query_start,
+            key_start,
+            causality: Causality::Causal,
+            window: None,
+        }
     }
 
     /// The same mask restricted to a sliding window of `window` positions.
@@ -174,11 +179,11 @@ impl AttentionMask {
 /// See the [module docs](self) for the conventions. Implementations: the host
 /// [`ReferenceBackend`](crate::reference::ReferenceBackend) in this crate (the oracle of every
 /// parity test), candle in `backend-candle`, MLX in `backend-mlx`.
-pub trait Backend: Clone + std::fmt::Debug {
+pub trait Backend: Clone + std::fmt::Debug + 'static {
     /// Where arrays live (a CPU, a GPU ordinal, ...).
-    type Device: Clone + std::fmt::Debug;
+    type Device: Clone + std::fmt::Debug + 'static;
     /// One array type with a runtime [`DType`]. Cloning is cheap (reference counted).
-    type Array: Clone + std::fmt::Debug;
+    type Array: Clone + std::fmt::Debug + 'static;
     /// The backend's error; backend-neutral code reports its own problems as [`CoreError`].
     type Error: std::error::Error + Send + Sync + 'static + From<CoreError>;
 
@@ -190,8 +195,12 @@ pub trait Backend: Clone + std::fmt::Debug {
     // ------------------------------------------------------------------ creation and host reads
 
     /// An array from host `f32` data, stored as `dtype` (a float dtype).
-    fn from_f32(&self, data: &[f32], shape: &[usize], dtype: DType)
-        -> Result<Self::Array, Self::Error>;
+    fn from_f32(
+        &self,
+        data: &[f32],
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<Self::Array, Self::Error>;
     /// A `U32` array from host data.
     fn from_u32(&self, data: &[u32], shape: &[usize]) -> Result<Self::Array, Self::Error>;
     /// An `I32` array from host data.
@@ -256,8 +265,12 @@ pub trait Backend: Clone + std::fmt::Debug {
     // ------------------------------------------------------------------ reductions and scans
 
     /// Reduce along `axis`, keeping it with size 1.
-    fn reduce(&self, x: &Self::Array, axis: usize, op: ReduceOp)
-        -> Result<Self::Array, Self::Error>;
+    fn reduce(
+        &self,
+        x: &Self::Array,
+        axis: usize,
+        op: ReduceOp,
+    ) -> Result<Self::Array, Self::Error>;
     /// Index of the largest element along `axis` (first on ties), as `U32`, axis kept (size 1).
     fn argmax(&self, x: &Self::Array, axis: usize) -> Result<Self::Array, Self::Error>;
     /// Indices that sort `x` along `axis` (stable), as `U32`.
@@ -324,16 +337,29 @@ pub trait Backend: Clone + std::fmt::Debug {
         let src_shape = self.shape(src);
         let rank = dst_shape.len();
         if axis >= rank {
-            return Err(CoreError::AxisOutOfRange { op: "write_slice", axis, rank }.into());
+            return Err(CoreError::AxisOutOfRange {
+                op: "write_slice",
+                axis,
+                rank,
+            }
+            .into());
         }
         let len = src_shape.get(axis).copied().unwrap_or(0);
         let same_rank = src_shape.len() == rank;
         let fits = start + len <= dst_shape[axis];
         let others_match = same_rank
-            && dst_shape.iter().zip(&src_shape).enumerate().all(|(i, (d, s))| i == axis || d == s);
+            && dst_shape
+                .iter()
+                .zip(&src_shape)
+                .enumerate()
+                .all(|(i, (d, s))| i == axis || d == s);
         if !fits || !others_match {
-            return Err(CoreError::ShapeMismatch { op: "write_slice", lhs: dst_shape, rhs: src_shape }
-                .into());
+            return Err(CoreError::ShapeMismatch {
+                op: "write_slice",
+                lhs: dst_shape,
+                rhs: src_shape,
+            }
+            .into());
         }
         let total = dst_shape[axis];
         let mut parts = Vec::with_capacity(3);
@@ -395,10 +421,20 @@ pub trait Backend: Clone + std::fmt::Debug {
         let x_shape = self.shape(x);
         let w_shape = self.shape(w);
         let (Some(&inner), [out, w_in]) = (x_shape.last(), w_shape.as_slice()) else {
-            return Err(CoreError::ShapeMismatch { op: "linear", lhs: x_shape, rhs: w_shape }.into());
+            return Err(CoreError::ShapeMismatch {
+                op: "linear",
+                lhs: x_shape,
+                rhs: w_shape,
+            }
+            .into());
         };
         if inner != *w_in {
-            return Err(CoreError::ShapeMismatch { op: "linear", lhs: x_shape, rhs: w_shape }.into());
+            return Err(CoreError::ShapeMismatch {
+                op: "linear",
+                lhs: x_shape,
+                rhs: w_shape,
+            }
+            .into());
         }
         let rows: usize = x_shape[..x_shape.len() - 1].iter().product();
         let flat = self.reshape(x, &[rows, inner])?;
@@ -464,7 +500,12 @@ pub trait Backend: Clone + std::fmt::Debug {
     ) -> Result<Self::Array, Self::Error> {
         let rank = self.shape(x).len();
         let Some(last) = rank.checked_sub(1) else {
-            return Err(CoreError::AxisOutOfRange { op: "rms_norm", axis: 0, rank }.into());
+            return Err(CoreError::AxisOutOfRange {
+                op: "rms_norm",
+                axis: 0,
+                rank,
+            }
+            .into());
         };
         let sq = self.mul(x, x)?;
         let mean = self.reduce(&sq, last, ReduceOp::Mean)?;
@@ -549,11 +590,21 @@ pub trait Backend: Clone + std::fmt::Debug {
         let vs = self.shape(v);
         let ([b, hq, tq, d], [kb, hkv, tk, kd], [vb, vh, vt, dv]) = (&qs[..], &ks[..], &vs[..])
         else {
-            return Err(CoreError::ShapeMismatch { op: "attention", lhs: qs, rhs: ks }.into());
+            return Err(CoreError::ShapeMismatch {
+                op: "attention",
+                lhs: qs,
+                rhs: ks,
+            }
+            .into());
         };
         let consistent = b == kb && b == vb && d == kd && hkv == vh && tk == vt;
         if !consistent || *hkv == 0 || hq % hkv != 0 {
-            return Err(CoreError::ShapeMismatch { op: "attention", lhs: qs, rhs: ks }.into());
+            return Err(CoreError::ShapeMismatch {
+                op: "attention",
+                lhs: qs,
+                rhs: ks,
+            }
+            .into());
         }
         let (b, hq, tq, d, hkv, tk, dv) = (*b, *hq, *tq, *d, *hkv, *tk, *dv);
         let groups = hq / hkv;
@@ -579,14 +630,15 @@ pub trait Backend: Clone + std::fmt::Debug {
     }
 
     /// The `k` largest values along the last axis and their indices (`U32`), largest first.
-    fn top_k(
-        &self,
-        x: &Self::Array,
-        k: usize,
-    ) -> Result<(Self::Array, Self::Array), Self::Error> {
+    fn top_k(&self, x: &Self::Array, k: usize) -> Result<(Self::Array, Self::Array), Self::Error> {
         let shape = self.shape(x);
         let Some(last) = shape.len().checked_sub(1) else {
-            return Err(CoreError::AxisOutOfRange { op: "top_k", axis: 0, rank: 0 }.into());
+            return Err(CoreError::AxisOutOfRange {
+                op: "top_k",
+                axis: 0,
+                rank: 0,
+            }
+            .into());
         };
         if k == 0 || k > shape[last] {
             return Err(CoreError::InvalidArgument {

@@ -14,6 +14,10 @@ pub struct MtpDefaults {
 impl Default for MtpDefaults {
     /// The seed's defaults: 4 initial, 16 max, enabled.
     fn default() -> Self {
-        Self { initial_draft_tokens: 4, max_draft_tokens: 16, enabled: true }
+        Self {
+            initial_draft_tokens: 4,
+            max_draft_tokens: 16,
+            enabled: true,
+        }
     }
 }

@@ -1,8 +1,131 @@
-//! KV caches with a speculation transaction (being written).
+//! KV caches with an exact speculation transaction.
+//!
+//! # The transaction
+//!
+//! Speculative verification writes the keys and values of `k + 1` positions
+//! (`[current, d1 .. dk]`) before it knows how many the target accepts. A cache therefore runs
+//! every write between [`KvCache::begin_speculation`] and [`KvCache::commit_speculation`]`(keep)`:
+//! afterwards the cache is exactly — element for element — the cache that appended only the first
+//! `keep` written positions. There is no silent trim:
+//!
+//! * [`FullKvCache`] rolls back by moving its length back (the written slots are simply reused);
+//! * [`RotatingKvCache`] (sliding window) keeps a snapshot taken at `begin`, because writes may
+//!   wrap around the ring and overwrite entries the rolled-back state still needs; a partial
+//!   commit restores the snapshot and replays the kept positions.
+//!
+//! A cache kind that cannot roll back answers `false` to [`KvCache::can_speculate`]; the engine
+//! then validates drafts serially (forwarding only accepted tokens), as the seed does.
+//!
+//! # Views
+//!
+//! * [`KvCache::view`] is the read-only history a drafter (or a KV-shared layer) attends to;
+//! * [`KvCache::fork`] is an isolated copy for compare-serial debugging: writes to the fork never
+//!   reach the original, and vice versa.
+
+mod full;
+mod rotating;
+mod set;
+
+pub use full::FullKvCache;
+pub use rotating::RotatingKvCache;
+pub use set::CacheSet;
+
 use crate::Backend;
 
-/// The caches of one sequence (being written).
-#[derive(Debug)]
-pub struct CacheSet<B: Backend> {
-    _layers: Vec<B::Array>,
+/// Keys and values as attention reads them, in chronological order.
+#[derive(Debug, Clone)]
+pub struct KvView<B: Backend> {
+    /// Keys `[1, kv_heads, t, head_dim]`.
+    pub keys: B::Array,
+    /// Values `[1, kv_heads, t, value_dim]`.
+    pub values: B::Array,
+    /// Absolute position of the first entry (column 0 of the keys).
+    pub start: usize,
 }
+
+/// What kind of cache a layer has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheKind {
+    /// Keeps every position.
+    Full,
+    /// Keeps the last `window` positions (sliding-window attention).
+    Rotating {
+        /// Window length in positions.
+        window: usize,
+    },
+    /// Some other cache kind (named), e.g. a recurrent state.
+    Other(&'static str),
+}
+
+/// Whether a speculation transaction was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpeculationSupport {
+    /// The transaction is open: write, then commit.
+    Started,
+    /// This cache cannot roll back; nothing was opened.
+    Unsupported,
+}
+
+/// One layer's KV cache, written once over [`Backend`].
+pub trait KvCache<B: Backend>: std::fmt::Debug {
+    /// The cache kind.
+    fn kind(&self) -> CacheKind;
+
+    /// Number of positions written so far (including open speculative writes).
+    fn len(&self) -> usize;
+
+    /// True when nothing was written.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Append `keys` / `values` (`[1, heads, t, dim]`) for the next `t` positions and return what
+    /// the queries of those positions attend to (the visible history followed by the new entries).
+    fn update(
+        &mut self,
+        backend: &B,
+        keys: &B::Array,
+        values: &B::Array,
+    ) -> Result<KvView<B>, B::Error>;
+
+    /// The stored history, read-only (for a drafter or a KV-shared layer); `None` when empty.
+    fn view(&self, backend: &B) -> Result<Option<KvView<B>>, B::Error>;
+
+    /// Whether this cache can open a speculation transaction.
+    fn can_speculate(&self) -> bool;
+
+    /// Open a speculation transaction at the current length.
+    fn begin_speculation(&mut self, backend: &B) -> Result<SpeculationSupport, B::Error>;
+
+    /// Close the transaction keeping the first `keep` positions written since it began.
+    fn commit_speculation(&mut self, backend: &B, keep: usize) -> Result<(), B::Error>;
+
+    /// Whether a transaction is open.
+    fn is_speculating(&self) -> bool;
+
+    /// An isolated copy (no open transaction is carried over: forking while speculating is an
+    /// error).
+    fn fork(&self, backend: &B) -> Result<Box<dyn KvCache<B>>, B::Error>;
+}
+
+/// Check the `[1, heads, t, dim]` layout of a write and return `t`.
+pub(crate) fn write_len<B: Backend>(
+    backend: &B,
+    keys: &B::Array,
+    values: &B::Array,
+) -> Result<usize, B::Error> {
+    let ks = backend.shape(keys);
+    let vs = backend.shape(values);
+    match (&ks[..], &vs[..]) {
+        ([1, kh, kt, _], [1, vh, vt, _]) if kh == vh && kt == vt => Ok(*kt),
+        _ => Err(crate::CoreError::ShapeMismatch {
+            op: "cache update",
+            lhs: ks,
+            rhs: vs,
+        }
+        .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,229 @@
-//! (being written)
+//! The decode engine: plain decode, greedy MTP and sampled MTP over any [`Backend`].
+//!
+//! # Round shape
+//!
+//! After prefill the engine holds `current`, the newest token (already emitted, not yet in the
+//! caches), and the target's draft hidden at the position before it. Each speculative round:
+//!
+//! 1. **draft** — the drafter chains `depth` single-position steps from
+//!    `(embed(current), hidden)` at the anchor `position - 1` (see [`MtpDrafter`]);
+//! 2. **verify** — one fused target forward over `[current, d1 .. dk]` inside a cache speculation
+//!    transaction; row `i` of its logits judges draft `i + 1`, row `k` gives the bonus token;
+//! 3. **accept** — the [`acceptance`](crate::acceptance) rules pick the accepted prefix and the
+//!    next token; the caches keep `current` and the accepted drafts (an accepted EOS is not
+//!    kept), and the accepted tokens and the next one are emitted.
+//!
+//! Greedy rounds read the target's argmax ids and the draft ids in one host read. Serial
+//! validation (forced, or when a cache cannot speculate) forwards one token at a time on the live
+//! caches and never rolls back. Compare-serial re-runs each batched round serially on a fork and
+//! reports the first disagreement.
+//!
+//! # Guarantees
+//!
+//! Greedy MTP emits exactly the tokens of plain greedy decode; sampled MTP emits tokens with the
+//! target's distribution (Leviathan et al. 2023; Chen et al. 2023). Both are property-tested in
+//! this crate against the plain loop, which is written separately as the oracle.
+
+mod plain;
+mod session;
+mod sink;
+mod speculative;
+mod stats;
+mod verify;
+
+pub use sink::{CancelToken, DiscardSink, SinkFlow, TokenSink};
+pub use stats::{DoneReason, MtpStats, PositionCounts, Response};
+
+use std::sync::Arc;
+
+use crate::acceptance::AcceptanceRules;
+use crate::cache::CacheSet;
+use crate::model::{MtpDrafter, TargetModel};
+use crate::options::MtpOptions;
+use crate::options::{decode_mode, DecodeMode, DraftOverrides, DrafterPresence, LogprobsRequest};
+use crate::sampling::SamplerOptions;
+use crate::{Backend, CoreError};
+
+/// Where the engine reads `MTP_*` environment settings from.
+pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// One generation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateRequest {
+    /// Prompt token ids (at least one).
+    pub prompt: Vec<u32>,
+    /// Sampling options (default: greedy).
+    pub sampling: SamplerOptions,
+    /// Most tokens to generate (capped by the context).
+    pub num_predict: usize,
+    /// Token ids that end generation.
+    pub eos: Vec<u32>,
+    /// Per-request draft overrides.
+    pub draft: DraftOverrides,
+    /// Whether log-probabilities are requested (speculation is then off, as in the seed).
+    pub logprobs: LogprobsRequest,
+}
+
+impl GenerateRequest {
+    /// A greedy request for `num_predict` tokens after `prompt`, with no EOS.
+    pub fn greedy(prompt: Vec<u32>, num_predict: usize) -> Self {
+        Self {
+            prompt,
+            sampling: SamplerOptions::default(),
+            num_predict,
+            eos: Vec::new(),
+            draft: DraftOverrides::default(),
+            logprobs: LogprobsRequest::None,
+        }
+    }
+}
+
+/// The decode engine for one target (and optionally one drafter) on one backend.
+pub struct Engine<'m, B: Backend> {
+    backend: &'m B,
+    target: &'m dyn TargetModel<B>,
+    drafter: Option<&'m dyn MtpDrafter<B>>,
+    rules: AcceptanceRules,
+    env: EnvLookup,
+}
+
+impl<B: Backend> std::fmt::Debug for Engine<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("backend", &self.backend.name())
+            .field("drafter", &self.drafter.is_some())
+            .field("rules", &self.rules)
+            .finish()
+    }
+}
+
+impl<'m, B: Backend> Engine<'m, B> {
+    /// An engine for `target` alone (plain decode), reading `MTP_*` settings from the process
+    /// environment.
+    pub fn new(backend: &'m B, target: &'m dyn TargetModel<B>) -> Self {
+        Self {
+            backend,
+            target,
+            drafter: None,
+            rules: AcceptanceRules::default(),
+            env: Arc::new(|key| std::env::var(key).ok()),
+        }
+    }
+
+    /// Use `drafter` for MTP.
+    pub fn with_drafter(mut self, drafter: &'m dyn MtpDrafter<B>) -> Self {
+        self.drafter = Some(drafter);
+        self
+    }
+
+    /// Read `MTP_*` settings through `env` instead of the process environment (tests, servers).
+    pub fn with_env(mut self, env: EnvLookup) -> Self {
+        self.env = env;
+        self
+    }
+
+    /// Replace the acceptance rules (tests use this to show that a wrong rule is caught).
+    pub fn with_rules(mut self, rules: AcceptanceRules) -> Self {
+        self.rules = rules;
+        self
+    }
+
+    /// The MTP options a request resolves to (model defaults, then environment, then request).
+    pub fn mtp_options(&self, request: &GenerateRequest) -> Result<MtpOptions, CoreError> {
+        let env = self.env.clone();
+        MtpOptions::resolve(
+            &self.target.mtp_defaults(),
+            &move |k| env(k),
+            &request.draft,
+        )
+    }
+
+    /// How a request will be decoded.
+    pub fn decode_mode(&self, request: &GenerateRequest) -> Result<DecodeMode, CoreError> {
+        let options = self.mtp_options(request)?;
+        let presence = match self.drafter {
+            Some(_) => DrafterPresence::Loaded,
+            None => DrafterPresence::Absent,
+        };
+        Ok(decode_mode(
+            &request.sampling,
+            &options,
+            presence,
+            request.logprobs,
+        ))
+    }
+
+    /// Generate with fresh caches.
+    pub fn generate(
+        &self,
+        request: &GenerateRequest,
+        sink: &mut dyn TokenSink,
+        cancel: &CancelToken,
+    ) -> Result<Response, B::Error> {
+        let mut caches = self.target.new_caches(self.backend)?;
+        self.generate_with_caches(&mut caches, request, sink, cancel)
+    }
+
+    /// Generate into caller-provided, empty caches (so the caller can inspect them afterwards).
+    pub fn generate_with_caches(
+        &self,
+        caches: &mut CacheSet<B>,
+        request: &GenerateRequest,
+        sink: &mut dyn TokenSink,
+        cancel: &CancelToken,
+    ) -> Result<Response, B::Error> {
+        self.check_request(caches, request)?;
+        request.sampling.validate()?;
+        let options = self.mtp_options(request)?;
+        let mode = self.decode_mode(request)?;
+        let mut session =
+            session::Session::new(self.backend, self.target, caches, request, sink, cancel)?;
+        match (mode, self.drafter) {
+            (DecodeMode::GreedyMtp | DecodeMode::SampledMtp, Some(drafter)) => {
+                let mut run = speculative::SpeculativeRun::new(
+                    &mut session,
+                    drafter,
+                    &options,
+                    self.rules,
+                    mode,
+                );
+                run.run()?;
+                let stats = run.into_stats();
+                stats.trace(session.generated());
+                Ok(session.into_response(mode, Some(stats)))
+            }
+            _ => {
+                plain::run(&mut session)?;
+                Ok(session.into_response(DecodeMode::Plain, None))
+            }
+        }
+    }
+
+    fn check_request(
+        &self,
+        caches: &CacheSet<B>,
+        request: &GenerateRequest,
+    ) -> Result<(), CoreError> {
+        if request.prompt.is_empty() {
+            return Err(CoreError::EmptyPrompt);
+        }
+        let context = self.target.max_context();
+        if request.prompt.len() >= context {
+            return Err(CoreError::PromptTooLong {
+                prompt: request.prompt.len(),
+                context,
+            });
+        }
+        let vocab = self.target.vocab_size();
+        if let Some(&id) = request.prompt.iter().find(|&&id| id as usize >= vocab) {
+            return Err(CoreError::TokenOutOfVocab { id, vocab });
+        }
+        if caches.position() != 0 || caches.is_speculating() {
+            return Err(CoreError::Cache(format!(
+                "generation needs empty caches; these hold {} positions",
+                caches.position()
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,211 @@
+//! State shared by every decode loop: caches, position, the current token, emission and budget.
+
+use std::time::{Duration, Instant};
+
+use super::sink::{CancelToken, SinkFlow, TokenSink};
+use super::stats::{DoneReason, MtpStats, Response};
+use super::GenerateRequest;
+use crate::cache::CacheSet;
+use crate::model::{TargetModel, TargetOutput};
+use crate::options::DecodeMode;
+use crate::sampling::Sampler;
+use crate::{Backend, CoreError};
+
+/// One generation in progress.
+pub(super) struct Session<'s, B: Backend> {
+    pub backend: &'s B,
+    pub target: &'s dyn TargetModel<B>,
+    pub caches: &'s mut CacheSet<B>,
+    pub eos: &'s [u32],
+    pub sampler: Sampler,
+    prompt: &'s [u32],
+    sink: &'s mut dyn TokenSink,
+    cancel: &'s CancelToken,
+    /// Sampling is greedy with neutral processing: pick tokens with a device argmax.
+    device_argmax: bool,
+    tokens: Vec<u32>,
+    budget: usize,
+    /// The next position to write: where `current` goes.
+    pub position: usize,
+    /// The newest emitted token, not yet in the caches.
+    pub current: u32,
+    /// The target's draft hidden at `position - 1`, `[1, 1, h]`.
+    pub hidden: Option<B::Array>,
+    done: Option<DoneReason>,
+    started: Instant,
+    prompt_eval: Duration,
+    first_token_at: Option<Instant>,
+    pub target_time: Duration,
+}
+
+impl<'s, B: Backend> Session<'s, B> {
+    pub fn new(
+        backend: &'s B,
+        target: &'s dyn TargetModel<B>,
+        caches: &'s mut CacheSet<B>,
+        request: &'s GenerateRequest,
+        sink: &'s mut dyn TokenSink,
+        cancel: &'s CancelToken,
+    ) -> Result<Self, CoreError> {
+        let sampler = Sampler::new(request.sampling.clone(), &request.prompt)?;
+        let room = target.max_context().saturating_sub(request.prompt.len());
+        let device_argmax = request.sampling.is_greedy() && request.sampling.is_neutral();
+        Ok(Self {
+            backend,
+            target,
+            caches,
+            eos: &request.eos,
+            sampler,
+            prompt: &request.prompt,
+            sink,
+            cancel,
+            device_argmax,
+            tokens: Vec::new(),
+            budget: request.num_predict.min(room),
+            position: 0,
+            current: 0,
+            hidden: None,
+            done: None,
+            started: Instant::now(),
+            prompt_eval: Duration::ZERO,
+            first_token_at: None,
+            target_time: Duration::ZERO,
+        })
+    }
+
+    /// Tokens generated so far.
+    pub fn generated(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Tokens still allowed (at least 1 while not done).
+    pub fn remaining(&self) -> usize {
+        self.budget.saturating_sub(self.tokens.len())
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done.is_some()
+    }
+
+    /// Check for cancellation; marks the session done when cancelled.
+    pub fn cancelled(&mut self) -> bool {
+        if self.done.is_none() && self.cancel.is_cancelled() {
+            self.done = Some(DoneReason::Cancelled);
+        }
+        self.done == Some(DoneReason::Cancelled)
+    }
+
+    /// Emit one token: EOS ends with `Stop` (not emitted), the sink may cancel, and reaching the
+    /// budget ends with `Length`. Returns whether generation continues.
+    pub fn emit(&mut self, id: u32) -> bool {
+        if self.done.is_some() {
+            return false;
+        }
+        if self.eos.contains(&id) {
+            self.done = Some(DoneReason::Stop);
+            return false;
+        }
+        self.tokens.push(id);
+        if self.sink.token(id) == SinkFlow::Stop {
+            self.done = Some(DoneReason::Cancelled);
+            return false;
+        }
+        if self.tokens.len() >= self.budget {
+            self.done = Some(DoneReason::Length);
+            return false;
+        }
+        true
+    }
+
+    /// A `[1, t]` id array.
+    pub fn ids(&self, ids: &[u32]) -> Result<B::Array, B::Error> {
+        self.backend.from_u32(ids, &[1, ids.len()])
+    }
+
+    /// Run the target over `ids` at the current position on the live caches.
+    pub fn forward_live(&mut self, ids: &B::Array) -> Result<TargetOutput<B>, B::Error> {
+        let t0 = Instant::now();
+        let t = self.backend.shape(ids).get(1).copied().unwrap_or(0);
+        let out = self
+            .target
+            .forward(self.backend, ids, self.position, self.caches)?;
+        self.position += t;
+        self.target_time += t0.elapsed();
+        Ok(out)
+    }
+
+    /// Logits `[1, 1, v]` of row `row` of a forward's hidden states.
+    pub fn row_logits(&self, hidden: &B::Array, row: usize) -> Result<B::Array, B::Error> {
+        let h = self.backend.slice(hidden, 1, row, 1)?;
+        self.target.unembed(self.backend, &h)
+    }
+
+    /// Choose the next token from logits `[1, 1, v]` with the request's sampling, committing it
+    /// to the sampler's history.
+    pub fn choose(&mut self, logits: &B::Array) -> Result<u32, B::Error> {
+        let id = if self.device_argmax {
+            let am = self.backend.argmax(logits, 2)?;
+            first(self.backend.to_vec_u32(&am)?)?
+        } else {
+            let row = self.backend.to_vec_f32(logits)?;
+            let dist = self.sampler.distribution(&row, &[])?;
+            self.sampler.sample(&dist)
+        };
+        self.sampler.commit(&[id]);
+        Ok(id)
+    }
+
+    /// Evaluate the prompt, choose and emit the first token.
+    pub fn prefill(&mut self) -> Result<(), B::Error> {
+        if self.budget == 0 {
+            self.done = Some(DoneReason::Length);
+            return Ok(());
+        }
+        let ids = self.ids(self.prompt)?;
+        let out = self.forward_live(&ids)?;
+        let last = self.prompt.len() - 1;
+        let logits = self.row_logits(&out.hidden, last)?;
+        let first_token = self.choose(&logits)?;
+        self.hidden = Some(self.backend.slice(&out.draft_hidden, 1, last, 1)?);
+        self.current = first_token;
+        self.prompt_eval = self.started.elapsed();
+        self.first_token_at = Some(Instant::now());
+        self.emit(first_token);
+        Ok(())
+    }
+
+    /// One plain decode step: forward `current`, choose and emit the next token.
+    pub fn plain_step(&mut self) -> Result<(), B::Error> {
+        let ids = self.ids(&[self.current])?;
+        let out = self.forward_live(&ids)?;
+        let logits = self.row_logits(&out.hidden, 0)?;
+        let next = self.choose(&logits)?;
+        self.hidden = Some(out.draft_hidden);
+        self.current = next;
+        self.emit(next);
+        Ok(())
+    }
+
+    pub fn into_response(self, mode: DecodeMode, mtp: Option<MtpStats>) -> Response {
+        let eval_duration = self.first_token_at.map_or(Duration::ZERO, |t| t.elapsed());
+        let generated = self.tokens.len();
+        Response {
+            tokens: self.tokens,
+            done_reason: self.done.unwrap_or(DoneReason::Length),
+            mode,
+            prompt_eval_count: self.prompt.len(),
+            prompt_eval_duration: self.prompt_eval,
+            eval_count: generated,
+            eval_duration,
+            mtp,
+        }
+    }
+}
+
+/// The single element of a host read.
+pub(super) fn first(values: Vec<u32>) -> Result<u32, CoreError> {
+    values
+        .first()
+        .copied()
+        .ok_or_else(|| CoreError::Model("a host read returned no value".into()))
+}

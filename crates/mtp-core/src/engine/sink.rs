@@ -1,0 +1,67 @@
+//! Where generated tokens go, and how a caller stops generation.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// What a sink wants after receiving a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkFlow {
+    /// Keep generating.
+    Continue,
+    /// Stop generating (the response ends as cancelled).
+    Stop,
+}
+
+/// Receives generated tokens as they are committed, in order. EOS tokens are not sent.
+pub trait TokenSink {
+    /// One committed token.
+    fn token(&mut self, id: u32) -> SinkFlow;
+}
+
+impl<F: FnMut(u32) -> SinkFlow> TokenSink for F {
+    fn token(&mut self, id: u32) -> SinkFlow {
+        self(id)
+    }
+}
+
+/// Streams tokens into a channel; a closed receiver stops generation.
+impl TokenSink for std::sync::mpsc::Sender<u32> {
+    fn token(&mut self, id: u32) -> SinkFlow {
+        match self.send(id) {
+            Ok(()) => SinkFlow::Continue,
+            Err(_) => SinkFlow::Stop,
+        }
+    }
+}
+
+/// A sink that ignores tokens (the response still carries them).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DiscardSink;
+
+impl TokenSink for DiscardSink {
+    fn token(&mut self, _id: u32) -> SinkFlow {
+        SinkFlow::Continue
+    }
+}
+
+/// A cancellation flag shared between the caller and a running generation; the engine checks it
+/// once per round (and once per token in plain decode).
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    /// A token that is not cancelled.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Ask the generation to stop at its next check.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`CancelToken::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}

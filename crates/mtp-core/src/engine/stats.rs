@@ -1,0 +1,178 @@
+//! What a generation reports: done reason, counts, durations and MTP statistics.
+
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+
+use crate::options::DecodeMode;
+use crate::schedule::ScheduleKind;
+
+fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DoneReason {
+    /// An end-of-sequence token was produced.
+    Stop,
+    /// `num_predict` (or the context) was reached.
+    Length,
+    /// The caller cancelled, or the sink asked to stop.
+    Cancelled,
+}
+
+/// Drafted and accepted counts at one draft position.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PositionCounts {
+    /// Rounds that drafted at this position.
+    pub drafted: usize,
+    /// Of those, rounds whose draft at this position was accepted.
+    pub accepted: usize,
+}
+
+/// Speculative-decoding statistics of one generation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MtpStats {
+    /// The draft schedule used.
+    pub schedule: ScheduleKind,
+    /// Draft tokens proposed.
+    pub drafted: usize,
+    /// Draft tokens accepted.
+    pub accepted: usize,
+    /// Rounds (one verification each, plain rounds at depth 0 included).
+    pub iterations: usize,
+    /// Rounds verified in one batched target forward.
+    pub batched_rounds: usize,
+    /// Rounds verified one token at a time.
+    pub serial_rounds: usize,
+    /// Rounds with drafts where some draft was rejected.
+    pub mismatches: usize,
+    /// Rounds with drafts where every draft was accepted.
+    pub all_accepted: usize,
+    /// Largest draft depth used.
+    pub max_draft: usize,
+    /// Positions compared by compare-serial validation.
+    pub compared: usize,
+    /// Compare-serial disagreements between batched and serial validation.
+    pub batch_serial_mismatches: usize,
+    /// Per draft position (0 = first draft) counts.
+    pub per_position: Vec<PositionCounts>,
+    /// Time in target forwards.
+    #[serde(serialize_with = "secs")]
+    pub target_duration: Duration,
+    /// Time drafting.
+    #[serde(serialize_with = "secs")]
+    pub draft_duration: Duration,
+    /// Time validating (acceptance, host reads, cache commits).
+    #[serde(serialize_with = "secs")]
+    pub validate_duration: Duration,
+}
+
+impl MtpStats {
+    /// Accepted ÷ drafted (0 when nothing was drafted).
+    pub fn acceptance(&self) -> f64 {
+        ratio(self.accepted, self.drafted)
+    }
+
+    /// Drafted tokens per round.
+    pub fn mean_draft(&self) -> f64 {
+        ratio(self.drafted, self.iterations)
+    }
+
+    /// Accepted tokens per round.
+    pub fn mean_accepted(&self) -> f64 {
+        ratio(self.accepted, self.iterations)
+    }
+
+    /// Acceptance rate at each draft position (accepted ÷ drafted there).
+    pub fn per_position_acceptance(&self) -> Vec<f64> {
+        self.per_position
+            .iter()
+            .map(|c| ratio(c.accepted, c.drafted))
+            .collect()
+    }
+
+    /// Record one round's drafted and accepted counts.
+    pub(crate) fn record_round(&mut self, drafted: usize, accepted: usize) {
+        self.iterations += 1;
+        self.drafted += drafted;
+        self.accepted += accepted;
+        self.max_draft = self.max_draft.max(drafted);
+        if drafted > 0 {
+            if accepted == drafted {
+                self.all_accepted += 1;
+            } else {
+                self.mismatches += 1;
+            }
+        }
+        if self.per_position.len() < drafted {
+            self.per_position.resize(drafted, PositionCounts::default());
+        }
+        for (i, counts) in self.per_position.iter_mut().take(drafted).enumerate() {
+            counts.drafted += 1;
+            if i < accepted {
+                counts.accepted += 1;
+            }
+        }
+    }
+
+    /// Emit the statistics as one `tracing` event.
+    pub(crate) fn trace(&self, generated: usize) {
+        tracing::info!(
+            target: "mtp",
+            generated,
+            schedule = %self.schedule,
+            drafted = self.drafted,
+            accepted = self.accepted,
+            acceptance = self.acceptance(),
+            iterations = self.iterations,
+            mean_draft = self.mean_draft(),
+            mean_accepted = self.mean_accepted(),
+            per_position = ?self.per_position_acceptance(),
+            batched = self.batched_rounds,
+            serial = self.serial_rounds,
+            mismatches = self.mismatches,
+            all_accepted = self.all_accepted,
+            max_draft = self.max_draft,
+            compared = self.compared,
+            batch_serial_mismatches = self.batch_serial_mismatches,
+            target_secs = self.target_duration.as_secs_f64(),
+            draft_secs = self.draft_duration.as_secs_f64(),
+            validate_secs = self.validate_duration.as_secs_f64(),
+            "MTP decode stats"
+        );
+    }
+}
+
+fn ratio(a: usize, b: usize) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// The final response of one generation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Response {
+    /// Generated token ids in order (EOS excluded).
+    pub tokens: Vec<u32>,
+    /// Why generation ended.
+    pub done_reason: DoneReason,
+    /// How the tokens were produced.
+    pub mode: DecodeMode,
+    /// Prompt tokens evaluated.
+    pub prompt_eval_count: usize,
+    /// Time to evaluate the prompt and choose the first token.
+    #[serde(serialize_with = "secs")]
+    pub prompt_eval_duration: Duration,
+    /// Tokens generated (= `tokens.len()`).
+    pub eval_count: usize,
+    /// Time generating after the first token.
+    #[serde(serialize_with = "secs")]
+    pub eval_duration: Duration,
+    /// Speculative statistics (MTP modes only).
+    pub mtp: Option<MtpStats>,
+}

@@ -1,0 +1,214 @@
+//! Verification of a proposal: batched (one fused forward in a cache transaction), serial (one
+//! token at a time on the live caches), and the compare-serial debug check.
+
+use std::time::Instant;
+
+use super::session::first;
+use super::speculative::{Proposal, SpeculativeRun};
+use crate::acceptance::{RoundEnd, SampledRound, Verdict};
+use crate::cache::{CacheSet, SpeculationSupport};
+use crate::options::{DecodeMode, ValidationMode};
+use crate::{Backend, CoreError};
+
+/// Positions the caches keep after a verdict: `current` plus the accepted drafts, except an
+/// accepted EOS.
+fn kept_positions(verdict: &Verdict) -> usize {
+    match verdict.end {
+        RoundEnd::AcceptedEos => verdict.accepted,
+        RoundEnd::Continue => verdict.accepted + 1,
+    }
+}
+
+impl<B: Backend> SpeculativeRun<'_, '_, B> {
+    /// One target forward over `[current, drafts]` inside a speculation transaction.
+    pub(super) fn verify_batched(
+        &mut self,
+        proposal: &Proposal<B>,
+        validation: ValidationMode,
+    ) -> Result<(Verdict, Vec<u32>), B::Error> {
+        let compare =
+            validation == ValidationMode::CompareSerial && self.mode == DecodeMode::GreedyMtp;
+        let s = &mut *self.session;
+        let backend = s.backend;
+        let fork = if compare {
+            Some(s.caches.fork(backend)?)
+        } else {
+            None
+        };
+        if s.caches.begin_speculation(backend)? != SpeculationSupport::Started {
+            return Err(CoreError::Cache(
+                "batched validation on caches that cannot speculate".into(),
+            )
+            .into());
+        }
+        let before = s.position;
+        let current = s.ids(&[s.current])?;
+        let input = backend.concat(&[&current, &proposal.tokens], 1)?;
+        let t0 = Instant::now();
+        let out = s.target.forward(backend, &input, before, s.caches)?;
+        let logits = s.target.unembed(backend, &out.hidden)?;
+        s.target_time += t0.elapsed();
+        let k = backend.shape(&proposal.tokens)[1];
+
+        let (verdict, drafts, target_ids) = match self.mode {
+            DecodeMode::SampledMtp => {
+                let drafts = proposal.host.clone().unwrap_or_default();
+                let flat = backend.to_vec_f32(&logits)?;
+                let vocab = flat.len() / (k + 1);
+                let rows: Vec<&[f32]> = flat.chunks(vocab.max(1)).collect();
+                let target_dists = s.sampler.verification_distributions(&rows, &drafts)?;
+                let round = SampledRound {
+                    drafts: &drafts,
+                    draft_dists: &proposal.dists,
+                    target_dists: &target_dists,
+                    eos: s.eos,
+                };
+                let sampler = &mut s.sampler;
+                let verdict = (self.rules.sampled)(&round, &mut || sampler.uniform())?;
+                let mut committed = drafts
+                    .get(..verdict.accepted)
+                    .unwrap_or(&drafts[..])
+                    .to_vec();
+                committed.extend(verdict.next);
+                s.sampler.commit(&committed);
+                (verdict, drafts, Vec::new())
+            }
+            _ => {
+                let argmax = backend.reshape(&backend.argmax(&logits, 2)?, &[1, k + 1])?;
+                let both = backend.to_vec_u32(&backend.concat(&[&proposal.tokens, &argmax], 1)?)?;
+                let (drafts, target_ids) = both.split_at(k);
+                let verdict = (self.rules.greedy)(drafts, target_ids, s.eos)?;
+                (verdict, drafts.to_vec(), target_ids.to_vec())
+            }
+        };
+        if verdict.accepted > k {
+            return Err(CoreError::Model(format!(
+                "acceptance rule accepted {} of {k} drafts",
+                verdict.accepted
+            ))
+            .into());
+        }
+        let keep = kept_positions(&verdict);
+        if keep == 0 {
+            return Err(
+                CoreError::Model("acceptance rule ended a round before any draft".into()).into(),
+            );
+        }
+        if let Some(fork) = fork {
+            self.compare_serial(fork, before, &drafts, &target_ids, &logits, &verdict)?;
+        }
+        let s = &mut *self.session;
+        s.caches.commit_speculation(backend, keep)?;
+        s.position = before + keep;
+        s.hidden = Some(backend.slice(&out.draft_hidden, 1, keep - 1, 1)?);
+        Ok((verdict, drafts))
+    }
+
+    /// Greedy validation one token at a time on the live caches: only accepted tokens are ever
+    /// forwarded, so nothing needs rolling back.
+    pub(super) fn verify_serial(
+        &mut self,
+        proposal: &Proposal<B>,
+    ) -> Result<(Verdict, Vec<u32>), B::Error> {
+        let s = &mut *self.session;
+        let backend = s.backend;
+        let drafts = match &proposal.host {
+            Some(ids) => ids.clone(),
+            None => backend.to_vec_u32(&proposal.tokens)?,
+        };
+        let mut input = s.current;
+        let mut verdict = Verdict {
+            accepted: 0,
+            next: None,
+            end: RoundEnd::Continue,
+        };
+        for step in 0..=drafts.len() {
+            let ids = s.ids(&[input])?;
+            let out = s.forward_live(&ids)?;
+            s.hidden = Some(out.draft_hidden);
+            let logits = s.row_logits(&out.hidden, 0)?;
+            let choice = first(backend.to_vec_u32(&backend.argmax(&logits, 2)?)?)?;
+            match drafts.get(step) {
+                Some(&draft) if draft == choice => {
+                    verdict.accepted += 1;
+                    if s.eos.contains(&draft) {
+                        verdict.end = RoundEnd::AcceptedEos;
+                        break;
+                    }
+                    input = draft;
+                }
+                _ => {
+                    verdict.next = Some(choice);
+                    break;
+                }
+            }
+        }
+        Ok((verdict, drafts))
+    }
+
+    /// Re-run a batched round one token at a time on `fork` and report the first position where
+    /// the serial argmax differs from the batched one.
+    fn compare_serial(
+        &mut self,
+        mut fork: CacheSet<B>,
+        before: usize,
+        drafts: &[u32],
+        batched: &[u32],
+        logits: &B::Array,
+        verdict: &Verdict,
+    ) -> Result<(), B::Error> {
+        let s = &*self.session;
+        let backend = s.backend;
+        let rows = kept_positions(verdict);
+        let mut input = s.current;
+        for row in 0..rows {
+            let ids = s.ids(&[input])?;
+            let out = s.target.forward(backend, &ids, before + row, &mut fork)?;
+            let serial_logits = s.target.unembed(backend, &out.hidden)?;
+            let serial = first(backend.to_vec_u32(&backend.argmax(&serial_logits, 2)?)?)?;
+            self.stats.compared += 1;
+            if batched.get(row) != Some(&serial) {
+                self.stats.batch_serial_mismatches += 1;
+                if self.stats.batch_serial_mismatches == 1 {
+                    let batched_row = backend.slice(logits, 1, row, 1)?;
+                    let (b1, b2, b_margin) = top2(backend, &batched_row)?;
+                    let (s1, s2, s_margin) = top2(backend, &serial_logits)?;
+                    tracing::warn!(
+                        target: "mtp",
+                        position = before + row,
+                        draft = drafts.get(row).map_or(-1, |&d| i64::from(d)),
+                        batched = b1,
+                        batched_second = b2,
+                        batched_margin = b_margin,
+                        serial = s1,
+                        serial_second = s2,
+                        serial_margin = s_margin,
+                        "MTP batched validation differs from serial validation"
+                    );
+                }
+                return Ok(());
+            }
+            match drafts.get(row) {
+                Some(&d) => input = d,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Top-2 token ids of logits `[1, 1, v]` and the logit margin between them.
+fn top2<B: Backend>(backend: &B, logits: &B::Array) -> Result<(u32, u32, f32), B::Error> {
+    let vocab = backend.shape(logits).last().copied().unwrap_or(0);
+    if vocab < 2 {
+        let id = first(backend.to_vec_u32(&backend.argmax(logits, 2)?)?)?;
+        return Ok((id, id, 0.0));
+    }
+    let (values, ids) = backend.top_k(logits, 2)?;
+    let values = backend.to_vec_f32(&values)?;
+    let ids = backend.to_vec_u32(&ids)?;
+    match (&ids[..], &values[..]) {
+        ([a, b, ..], [va, vb, ..]) => Ok((*a, *b, va - vb)),
+        _ => Err(CoreError::Model("top-2 read returned too few values".into()).into()),
+    }
+}

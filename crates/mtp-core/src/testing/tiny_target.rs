@@ -1,0 +1,312 @@
+//! A tiny decoder-only transformer over any backend.
+
+use super::serial_only::SerialOnlyCache;
+use super::weights::{inv_freq, WeightRng};
+use crate::cache::{CacheSet, FullKvCache, KvCache, RotatingKvCache};
+use crate::model::{TargetModel, TargetOutput};
+use crate::options::MtpDefaults;
+use crate::{AttentionMask, Backend, CoreError, DType};
+
+/// The attention kind of one layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Global causal attention over every position (half the head dims rotated).
+    Full,
+    /// Sliding-window attention over the last `window` positions (all head dims rotated).
+    Sliding {
+        /// Window length.
+        window: usize,
+    },
+}
+
+/// Which caches [`TinyTarget::new_caches`] hands out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheFlavor {
+    /// Full and rotating caches that speculate.
+    Speculative,
+    /// [`SerialOnlyCache`]s everywhere (forces serial validation).
+    SerialOnly,
+}
+
+/// Shape and seed of a [`TinyTarget`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TinyConfig {
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// KV heads (divides `heads`).
+    pub kv_heads: usize,
+    /// Head dimension (even).
+    pub head_dim: usize,
+    /// MLP inner size.
+    pub mlp: usize,
+    /// Layer kinds, first to last.
+    pub layers: Vec<LayerKind>,
+    /// Context length.
+    pub max_context: usize,
+    /// Final logit soft-capping (`tanh(x / c) * c`), if any.
+    pub softcap: Option<f32>,
+    /// Weight gain (larger = peakier distributions).
+    pub gain: f32,
+    /// Seed of the weights.
+    pub seed: u64,
+    /// Which caches to use.
+    pub caches: CacheFlavor,
+    /// MTP defaults the model reports.
+    pub mtp: MtpDefaults,
+}
+
+impl Default for TinyConfig {
+    fn default() -> Self {
+        Self {
+            vocab: 32,
+            hidden: 16,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+            mlp: 32,
+            layers: vec![LayerKind::Sliding { window: 4 }, LayerKind::Full],
+            max_context: 256,
+            softcap: Some(30.0),
+            gain: 1.0,
+            seed: 0,
+            caches: CacheFlavor::Speculative,
+            mtp: MtpDefaults::default(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Layer<B: Backend> {
+    kind: LayerKind,
+    inv_freq: Vec<f32>,
+    attn_norm: B::Array,
+    q_proj: B::Array,
+    k_proj: B::Array,
+    v_proj: B::Array,
+    q_norm: B::Array,
+    k_norm: B::Array,
+    o_proj: B::Array,
+    mlp_norm: B::Array,
+    gate: B::Array,
+    up: B::Array,
+    down: B::Array,
+}
+
+/// A tiny decoder-only transformer (see the [module docs](super)).
+#[derive(Debug)]
+pub struct TinyTarget<B: Backend> {
+    config: TinyConfig,
+    embed: B::Array,
+    layers: Vec<Layer<B>>,
+    final_norm: B::Array,
+}
+
+const EPS: f32 = 1e-6;
+
+impl<B: Backend> TinyTarget<B> {
+    /// Build a model with seeded random weights.
+    pub fn new(backend: &B, config: TinyConfig) -> Result<Self, B::Error> {
+        let c = &config;
+        let valid = c.vocab > 0
+            && c.hidden > 0
+            && c.kv_heads > 0
+            && c.heads % c.kv_heads == 0
+            && c.head_dim % 4 == 0
+            && c.head_dim > 0
+            && !c.layers.is_empty();
+        if !valid {
+            return Err(CoreError::InvalidArgument {
+                op: "TinyTarget::new",
+                message: format!("inconsistent config {config:?}"),
+            }
+            .into());
+        }
+        let mut rng = WeightRng::new(c.seed);
+        let g = c.gain;
+        let embed = backend.from_f32(
+            &rng.uniform(c.vocab * c.hidden, 1.0),
+            &[c.vocab, c.hidden],
+            DType::F32,
+        )?;
+        let mut layers = Vec::with_capacity(c.layers.len());
+        for &kind in &c.layers {
+            let rotated = match kind {
+                LayerKind::Full => c.head_dim / 2,
+                LayerKind::Sliding { .. } => c.head_dim,
+            };
+            layers.push(Layer {
+                kind,
+                inv_freq: inv_freq(rotated, 10_000.0),
+                attn_norm: rng.norm(backend, c.hidden)?,
+                q_proj: rng.matrix(backend, c.heads * c.head_dim, c.hidden, g)?,
+                k_proj: rng.matrix(backend, c.kv_heads * c.head_dim, c.hidden, g)?,
+                v_proj: rng.matrix(backend, c.kv_heads * c.head_dim, c.hidden, g)?,
+                q_norm: rng.norm(backend, c.head_dim)?,
+                k_norm: rng.norm(backend, c.head_dim)?,
+                o_proj: rng.matrix(backend, c.hidden, c.heads * c.head_dim, g)?,
+                mlp_norm: rng.norm(backend, c.hidden)?,
+                gate: rng.matrix(backend, c.mlp, c.hidden, g)?,
+                up: rng.matrix(backend, c.mlp, c.hidden, g)?,
+                down: rng.matrix(backend, c.hidden, c.mlp, g)?,
+            });
+        }
+        let final_norm = rng.norm(backend, c.hidden)?;
+        Ok(Self {
+            config,
+            embed,
+            layers,
+            final_norm,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TinyConfig {
+        &self.config
+    }
+
+    /// `[1, t, heads * dim]` → `[1, heads, t, dim]`.
+    fn split_heads(&self, backend: &B, x: &B::Array, heads: usize) -> Result<B::Array, B::Error> {
+        let t = backend.shape(x)[1];
+        let x = backend.reshape(x, &[1, t, heads, self.config.head_dim])?;
+        backend.transpose(&x, 1, 2)
+    }
+
+    /// Queries of `x` (`[1, t, hidden]`) for `layer` at positions `start..`, normed and rotated.
+    pub(crate) fn queries(
+        &self,
+        backend: &B,
+        layer: usize,
+        x: &B::Array,
+        start: usize,
+    ) -> Result<B::Array, B::Error> {
+        let l = self.layer(layer)?;
+        let q = self.split_heads(backend, &backend.linear(x, &l.q_proj)?, self.config.heads)?;
+        let q = backend.rms_norm(&q, Some(&l.q_norm), EPS)?;
+        backend.rope(&q, start, &l.inv_freq)
+    }
+
+    fn layer(&self, index: usize) -> Result<&Layer<B>, CoreError> {
+        self.layers.get(index).ok_or(CoreError::IndexOutOfRange {
+            op: "TinyTarget layer",
+            index: index as i64,
+            size: self.layers.len(),
+        })
+    }
+
+    /// The sliding window of `layer`, if it has one.
+    pub(crate) fn window(&self, layer: usize) -> Result<Option<usize>, CoreError> {
+        Ok(match self.layer(layer)?.kind {
+            LayerKind::Sliding { window } => Some(window),
+            LayerKind::Full => None,
+        })
+    }
+
+    fn block(
+        &self,
+        backend: &B,
+        l: &Layer<B>,
+        cache: &mut dyn KvCache<B>,
+        x: &B::Array,
+        start: usize,
+    ) -> Result<B::Array, B::Error> {
+        let c = &self.config;
+        let t = backend.shape(x)[1];
+        let h = backend.rms_norm(x, Some(&l.attn_norm), EPS)?;
+        let q = self.split_heads(backend, &backend.linear(&h, &l.q_proj)?, c.heads)?;
+        let q = backend.rope(
+            &backend.rms_norm(&q, Some(&l.q_norm), EPS)?,
+            start,
+            &l.inv_freq,
+        )?;
+        let k = self.split_heads(backend, &backend.linear(&h, &l.k_proj)?, c.kv_heads)?;
+        let k = backend.rope(
+            &backend.rms_norm(&k, Some(&l.k_norm), EPS)?,
+            start,
+            &l.inv_freq,
+        )?;
+        let v = self.split_heads(backend, &backend.linear(&h, &l.v_proj)?, c.kv_heads)?;
+        let view = cache.update(backend, &k, &v)?;
+        let window = match l.kind {
+            LayerKind::Sliding { window } => Some(window),
+            LayerKind::Full => None,
+        };
+        let mask = AttentionMask::causal(start, view.start).with_window(window);
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let a = backend.attention(&q, &view.keys, &view.values, &mask, scale)?;
+        let a = backend.reshape(&backend.transpose(&a, 1, 2)?, &[1, t, c.heads * c.head_dim])?;
+        let x = backend.add(x, &backend.linear(&a, &l.o_proj)?)?;
+        let h = backend.rms_norm(&x, Some(&l.mlp_norm), EPS)?;
+        let gate = backend.gelu_tanh(&backend.linear(&h, &l.gate)?)?;
+        let inner = backend.mul(&gate, &backend.linear(&h, &l.up)?)?;
+        backend.add(&x, &backend.linear(&inner, &l.down)?)
+    }
+}
+
+impl<B: Backend> TargetModel<B> for TinyTarget<B> {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab
+    }
+
+    fn max_context(&self) -> usize {
+        self.config.max_context
+    }
+
+    fn new_caches(&self, _backend: &B) -> Result<CacheSet<B>, B::Error> {
+        let mut layers: Vec<Box<dyn KvCache<B>>> = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            layers.push(match (self.config.caches, l.kind) {
+                (CacheFlavor::SerialOnly, _) => Box::new(SerialOnlyCache::new()),
+                (CacheFlavor::Speculative, LayerKind::Full) => Box::new(FullKvCache::new()),
+                (CacheFlavor::Speculative, LayerKind::Sliding { window }) => {
+                    Box::new(RotatingKvCache::new(window)?)
+                }
+            });
+        }
+        Ok(CacheSet::new(layers))
+    }
+
+    fn forward(
+        &self,
+        backend: &B,
+        ids: &B::Array,
+        start: usize,
+        caches: &mut CacheSet<B>,
+    ) -> Result<TargetOutput<B>, B::Error> {
+        let mut x = self.token_embeddings(backend, ids)?;
+        for (i, l) in self.layers.iter().enumerate() {
+            x = self.block(backend, l, caches.layer_mut(i)?, &x, start)?;
+        }
+        let hidden = backend.rms_norm(&x, Some(&self.final_norm), EPS)?;
+        Ok(TargetOutput {
+            draft_hidden: hidden.clone(),
+            hidden,
+        })
+    }
+
+    fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
+        let logits = backend.linear(hidden, &self.embed)?;
+        match self.config.softcap {
+            Some(cap) => {
+                let t = backend.unary(
+                    &backend.affine(&logits, 1.0 / cap, 0.0)?,
+                    crate::UnaryOp::Tanh,
+                )?;
+                backend.affine(&t, cap, 0.0)
+            }
+            None => Ok(logits),
+        }
+    }
+
+    fn token_embeddings(&self, backend: &B, ids: &B::Array) -> Result<B::Array, B::Error> {
+        let e = backend.embedding(&self.embed, ids)?;
+        backend.affine(&e, (self.config.hidden as f32).sqrt(), 0.0)
+    }
+
+    fn mtp_defaults(&self) -> MtpDefaults {
+        self.config.mtp
+    }
+}

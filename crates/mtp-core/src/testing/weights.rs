@@ -1,0 +1,52 @@
+//! Seeded random weights for the test models.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::{Backend, DType};
+
+/// A seeded source of weight tensors.
+pub(crate) struct WeightRng {
+    rng: ChaCha8Rng,
+}
+
+impl WeightRng {
+    pub fn new(seed: u64) -> Self {
+        Self {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    /// Uniform values in `[-scale, scale)`.
+    pub fn uniform(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| self.rng.random_range(-1.0f32..1.0) * scale)
+            .collect()
+    }
+
+    /// A `[rows, cols]` matrix with entries of standard deviation about `gain / sqrt(cols)`.
+    pub fn matrix<B: Backend>(
+        &mut self,
+        backend: &B,
+        rows: usize,
+        cols: usize,
+        gain: f32,
+    ) -> Result<B::Array, B::Error> {
+        // Uniform on [-a, a) has std a / sqrt(3).
+        let scale = gain * 3f32.sqrt() / (cols as f32).sqrt();
+        backend.from_f32(&self.uniform(rows * cols, scale), &[rows, cols], DType::F32)
+    }
+
+    /// A norm weight near 1.
+    pub fn norm<B: Backend>(&mut self, backend: &B, n: usize) -> Result<B::Array, B::Error> {
+        let w: Vec<f32> = self.uniform(n, 0.2).into_iter().map(|x| 1.0 + x).collect();
+        backend.from_f32(&w, &[n], DType::F32)
+    }
+}
+
+/// Rotary inverse frequencies for `rotated` of `head_dim` dims (HF's default rope).
+pub(crate) fn inv_freq(rotated: usize, theta: f32) -> Vec<f32> {
+    (0..rotated / 2)
+        .map(|i| 1.0 / theta.powf(2.0 * i as f32 / rotated as f32))
+        .collect()
+}

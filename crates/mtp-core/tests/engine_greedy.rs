@@ -1,0 +1,240 @@
+//! Greedy MTP: the named cases of the engine, each checked against plain greedy decode.
+
+mod common;
+
+use common::*;
+use mtp_core::engine::{CancelToken, DoneReason, Engine, GenerateRequest, SinkFlow};
+use mtp_core::model::TargetModel;
+use mtp_core::options::{DecodeMode, ValidationMode};
+use mtp_core::schedule::ScheduleKind;
+use mtp_core::testing::{CacheFlavor, TinyConfig};
+
+fn request(n: usize) -> GenerateRequest {
+    let mut r = GenerateRequest::greedy(vec![3, 1, 4, 1, 5, 9, 2, 6], n);
+    r.draft = draft(ScheduleKind::Constant, ValidationMode::Batched, 4);
+    r
+}
+
+#[test]
+fn plain_greedy_is_not_degenerate() {
+    let t = target(TinyConfig::default());
+    let out = plain(&t, &request(40));
+    let distinct: std::collections::BTreeSet<_> = out.tokens.iter().collect();
+    assert_eq!(out.tokens.len(), 40);
+    assert!(distinct.len() >= 4, "tiny target collapsed: {:?}", out.tokens);
+}
+
+#[test]
+fn accept_all_emits_drafts_and_bonus() {
+    let t = target(TinyConfig::default());
+    let req = request(31);
+    let drafter = scripted(&t, &req, 1.0);
+    let (out, _) = speculative(&t, &drafter, &req);
+    assert_eq!(out.tokens, plain(&t, &req).tokens);
+    assert_eq!(out.mode, DecodeMode::GreedyMtp);
+    let stats = out.mtp.expect("stats");
+    // 1 token from prefill, then rounds of 4 accepted drafts + 1 bonus.
+    assert_eq!(stats.iterations, 6);
+    assert_eq!(stats.drafted, 24);
+    assert_eq!(stats.accepted, 24);
+    assert_eq!(stats.all_accepted, 6);
+    assert_eq!(stats.mismatches, 0);
+    assert_eq!(stats.batched_rounds, 6);
+    assert!((stats.acceptance() - 1.0).abs() < 1e-12);
+    assert_eq!(stats.per_position_acceptance(), vec![1.0; 4]);
+}
+
+#[test]
+fn first_token_mismatch_emits_the_correction() {
+    let t = target(TinyConfig::default());
+    let req = request(12);
+    let drafter = scripted(&t, &req, 0.0);
+    let (out, _) = speculative(&t, &drafter, &req);
+    assert_eq!(out.tokens, plain(&t, &req).tokens);
+    let stats = out.mtp.expect("stats");
+    assert_eq!(stats.accepted, 0);
+    assert_eq!(stats.mismatches, stats.iterations);
+    assert_eq!(stats.iterations, 11);
+}
+
+#[test]
+fn mid_mismatch_keeps_the_accepted_prefix() {
+    let t = target(TinyConfig::default());
+    let req = request(25);
+    let mut drafter = scripted(&t, &req, 0.0);
+    drafter.right_steps = Some(2);
+    let (out, caches) = speculative(&t, &drafter, &req);
+    assert_eq!(out.tokens, plain(&t, &req).tokens);
+    let stats = out.mtp.expect("stats");
+    // Each full round: 2 accepted + the correction = 3 tokens.
+    assert_eq!(stats.iterations, 8);
+    assert_eq!(stats.accepted, 16);
+    assert_eq!(stats.per_position_acceptance(), vec![1.0, 1.0, 0.0, 0.0]);
+    // Everything emitted is in the caches except the newest token.
+    assert_eq!(caches.position(), req.prompt.len() + out.tokens.len() - 1);
+    assert!(!caches.is_speculating());
+}
+
+#[test]
+fn eos_among_drafts_ends_without_bonus_and_is_not_cached() {
+    let t = target(TinyConfig::default());
+    let base = request(40);
+    let reference = plain(&t, &base).tokens;
+    // A token whose first occurrence falls on a draft slot (rounds emit 4 drafts + 1 bonus
+    // after the prefill token, so bonus slots are multiples of 5).
+    let (index, eos) = reference
+        .iter()
+        .enumerate()
+        .find(|(i, id)| i % 5 != 0 && reference.iter().position(|x| x == *id) == Some(*i))
+        .map(|(i, &id)| (i, id))
+        .expect("a draft-slot token");
+    let mut req = base.clone();
+    req.eos = vec![eos];
+    let drafter = scripted(&t, &base, 1.0);
+    let (out, caches) = speculative(&t, &drafter, &req);
+    let expected = plain(&t, &req);
+    assert_eq!(expected.tokens, reference[..index].to_vec());
+    assert_eq!(expected.done_reason, DoneReason::Stop);
+    assert_eq!(out.tokens, expected.tokens);
+    assert_eq!(out.done_reason, DoneReason::Stop);
+    // Every emitted token is cached; the EOS is not.
+    assert_eq!(caches.position(), req.prompt.len() + out.tokens.len());
+    assert!(!caches.is_speculating());
+}
+
+#[test]
+fn num_predict_is_respected_exactly() {
+    let t = target(TinyConfig::default());
+    let full = plain(&t, &request(20)).tokens;
+    for n in 0..=13 {
+        let req = request(n);
+        let drafter = scripted(&t, &req, 1.0);
+        let (out, caches) = speculative(&t, &drafter, &req);
+        assert_eq!(out.tokens, full[..n].to_vec(), "num_predict {n}");
+        assert_eq!(out.done_reason, DoneReason::Length);
+        assert_eq!(out.eval_count, n);
+        assert!(!caches.is_speculating());
+    }
+}
+
+#[test]
+fn cancellation_mid_stream_leaves_consistent_caches() {
+    let b = B::default();
+    let t = target(TinyConfig::default());
+    let req = request(40);
+    let drafter = scripted(&t, &req, 1.0);
+    let reference = plain(&t, &req).tokens;
+    for stop_after in [1, 2, 5, 7, 11] {
+        let cancel = CancelToken::new();
+        let flag = cancel.clone();
+        let mut seen = 0;
+        let mut sink = |_id: u32| {
+            seen += 1;
+            if seen == stop_after {
+                flag.cancel();
+            }
+            SinkFlow::Continue
+        };
+        let engine = Engine::new(&b, &t).with_drafter(&drafter).with_env(no_env());
+        let mut caches = t.new_caches(&b).expect("caches");
+        let out = engine.generate_with_caches(&mut caches, &req, &mut sink, &cancel).expect("runs");
+        assert_eq!(out.done_reason, DoneReason::Cancelled);
+        assert!(out.tokens.len() >= stop_after && out.tokens.len() < stop_after + 6);
+        assert_eq!(out.tokens, reference[..out.tokens.len()].to_vec());
+        assert!(!caches.is_speculating(), "no speculation left open");
+        assert_eq!(caches.position(), req.prompt.len() + out.tokens.len() - 1);
+    }
+}
+
+#[test]
+fn a_sink_can_stop_generation() {
+    let b = B::default();
+    let t = target(TinyConfig::default());
+    let req = request(30);
+    let drafter = scripted(&t, &req, 1.0);
+    let mut count = 0;
+    let mut sink = |_id: u32| {
+        count += 1;
+        if count == 3 {
+            SinkFlow::Stop
+        } else {
+            SinkFlow::Continue
+        }
+    };
+    let engine = Engine::new(&b, &t).with_drafter(&drafter).with_env(no_env());
+    let out = engine.generate(&req, &mut sink, &CancelToken::new()).expect("runs");
+    assert_eq!(out.done_reason, DoneReason::Cancelled);
+    assert_eq!(out.tokens.len(), 3);
+}
+
+#[test]
+fn caches_that_cannot_speculate_fall_back_to_serial_validation() {
+    let t = target(TinyConfig { caches: CacheFlavor::SerialOnly, ..TinyConfig::default() });
+    let req = request(30);
+    let mut drafter = scripted(&t, &req, 0.0);
+    drafter.right_steps = Some(3);
+    let (out, _) = speculative(&t, &drafter, &req);
+    assert_eq!(out.tokens, plain(&t, &req).tokens);
+    let stats = out.mtp.expect("stats");
+    assert_eq!(stats.batched_rounds, 0);
+    assert_eq!(stats.serial_rounds, stats.iterations);
+    let rates = stats.per_position_acceptance();
+    assert!(rates[..3].iter().all(|&r| r == 1.0), "{rates:?}");
+    assert_eq!(rates[3], 0.0);
+}
+
+#[test]
+fn compare_serial_finds_no_disagreement_on_the_reference_backend() {
+    let t = target(TinyConfig::default());
+    let mut req = request(30);
+    req.draft = draft(ScheduleKind::Heuristic, ValidationMode::CompareSerial, 3);
+    let drafter = scripted(&t, &req, 0.7);
+    let (out, _) = speculative(&t, &drafter, &req);
+    assert_eq!(out.tokens, plain(&t, &req).tokens);
+    let stats = out.mtp.expect("stats");
+    assert!(stats.compared > stats.iterations);
+    assert_eq!(stats.batch_serial_mismatches, 0);
+    assert_eq!(stats.batched_rounds, stats.iterations);
+}
+
+#[test]
+fn environment_settings_apply_and_bad_values_are_ignored() {
+    let b = B::default();
+    let t = target(TinyConfig::default());
+    let req = GenerateRequest::greedy(vec![1, 2, 3], 20);
+    let drafter = scripted(&t, &req, 1.0);
+    let engine = Engine::new(&b, &t).with_drafter(&drafter).with_env(env(&[
+        ("MTP_INITIAL_DRAFT_TOKENS", "2"),
+        ("MTP_MAX_DRAFT_TOKENS", "banana"),
+        ("MTP_SERIAL_VALIDATE", "true"),
+    ]));
+    let options = engine.mtp_options(&req).expect("options");
+    assert_eq!(options.initial_draft_tokens, 2);
+    assert_eq!(options.max_draft_tokens, 16);
+    assert_eq!(options.validation, ValidationMode::Serial);
+    let out = engine.generate(&req, &mut mtp_core::engine::DiscardSink, &CancelToken::new()).unwrap();
+    assert_eq!(out.tokens, plain(&t, &req).tokens);
+    let stats = out.mtp.expect("stats");
+    assert_eq!(stats.serial_rounds, stats.iterations);
+    assert_eq!(stats.max_draft, 2);
+}
+
+#[test]
+fn bad_requests_are_errors() {
+    let b = B::default();
+    let t = target(TinyConfig { max_context: 16, ..TinyConfig::default() });
+    let engine = Engine::new(&b, &t).with_env(no_env());
+    let run = |req: &GenerateRequest| {
+        engine.generate(req, &mut mtp_core::engine::DiscardSink, &CancelToken::new())
+    };
+    assert!(run(&GenerateRequest::greedy(vec![], 4)).is_err(), "empty prompt");
+    assert!(run(&GenerateRequest::greedy(vec![1; 16], 4)).is_err(), "prompt too long");
+    assert!(run(&GenerateRequest::greedy(vec![1, 999], 4)).is_err(), "token out of vocab");
+    let mut bad = GenerateRequest::greedy(vec![1, 2], 4);
+    bad.sampling.temperature = -1.0;
+    assert!(run(&bad).is_err(), "negative temperature");
+    // The context caps num_predict.
+    let out = run(&GenerateRequest::greedy(vec![1; 10], 100)).expect("runs");
+    assert_eq!(out.tokens.len(), 6);
+    assert_eq!(out.done_reason, DoneReason::Length);
+}

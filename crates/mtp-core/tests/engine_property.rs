@@ -1,0 +1,135 @@
+//! Property: greedy MTP emits exactly the tokens of plain greedy decode, for random tiny models,
+//! prompts, drafters, every schedule and every validation mode — and the check catches a wrong
+//! acceptance rule.
+
+mod common;
+
+use common::*;
+use mtp_core::acceptance::{AcceptanceRules, RoundEnd, Verdict};
+use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
+use mtp_core::model::MtpDrafter;
+use mtp_core::options::ValidationMode;
+use mtp_core::schedule::ScheduleKind;
+use mtp_core::testing::{LayerKind, TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget};
+use mtp_core::CoreError;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const INSTANCES: u64 = 200;
+
+fn random_config(rng: &mut ChaCha8Rng, seed: u64) -> TinyConfig {
+    let (heads, kv_heads) = [(2, 1), (4, 2), (2, 2), (4, 1)][rng.random_range(0..4)];
+    let layers = (0..rng.random_range(1..4))
+        .map(|_| {
+            if rng.random_bool(0.5) {
+                LayerKind::Full
+            } else {
+                LayerKind::Sliding { window: rng.random_range(1..7) }
+            }
+        })
+        .collect();
+    TinyConfig {
+        vocab: rng.random_range(6..48),
+        hidden: [8, 16][rng.random_range(0..2)],
+        heads,
+        kv_heads,
+        head_dim: [4, 8][rng.random_range(0..2)],
+        mlp: 16,
+        layers,
+        max_context: 64,
+        softcap: rng.random_bool(0.5).then_some(rng.random_range(5.0..40.0)),
+        gain: rng.random_range(0.5..2.0),
+        seed,
+        ..TinyConfig::default()
+    }
+}
+
+/// One random instance: target, request and drafter.
+struct Instance {
+    target: TinyTarget<B>,
+    request: GenerateRequest,
+    drafter: Box<dyn MtpDrafter<B>>,
+}
+
+fn instance(seed: u64) -> Instance {
+    let b = B::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let config = random_config(&mut rng, seed);
+    let vocab = config.vocab as u32;
+    let target = target(config);
+    let prompt = (0..rng.random_range(1..12)).map(|_| rng.random_range(0..vocab)).collect();
+    let mut request = GenerateRequest::greedy(prompt, rng.random_range(1..24));
+    if rng.random_bool(0.3) {
+        request.eos = vec![rng.random_range(0..vocab)];
+    }
+    let drafter: Box<dyn MtpDrafter<B>> = if rng.random_bool(0.6) {
+        let mut d = scripted(&target, &request, rng.random_range(0.0..1.0));
+        d.seed = seed;
+        Box::new(d)
+    } else {
+        let layer = rng.random_range(0..target.config().layers.len());
+        let config = TinyDrafterConfig { source_layer: layer, seed: seed + 1, ..Default::default() };
+        Box::new(TinyDrafter::new(&b, &target, config).expect("drafter builds"))
+    };
+    Instance { target, request, drafter }
+}
+
+/// The first (schedule, validation) for which speculative output differs from plain output.
+fn first_divergence(inst: &Instance, rules: AcceptanceRules) -> Option<String> {
+    let b = B::default();
+    let expected = plain(&inst.target, &inst.request);
+    for schedule in [ScheduleKind::Constant, ScheduleKind::Heuristic, ScheduleKind::Adaptive] {
+        for validation in [ValidationMode::Batched, ValidationMode::Serial, ValidationMode::CompareSerial] {
+            let mut request = inst.request.clone();
+            request.draft = draft(schedule, validation, 1 + (request.prompt.len() % 5));
+            let engine = Engine::new(&b, &inst.target)
+                .with_drafter(inst.drafter.as_ref())
+                .with_env(no_env())
+                .with_rules(rules);
+            let out = engine
+                .generate(&request, &mut DiscardSink, &CancelToken::new())
+                .expect("speculative decode runs");
+            if out.tokens != expected.tokens || out.done_reason != expected.done_reason {
+                return Some(format!(
+                    "{schedule} / {validation:?}: {:?} ({:?}) vs plain {:?} ({:?})",
+                    out.tokens, out.done_reason, expected.tokens, expected.done_reason
+                ));
+            }
+            if let Some(stats) = &out.mtp {
+                assert_eq!(stats.batch_serial_mismatches, 0, "compare-serial disagreement");
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn greedy_mtp_equals_plain_greedy_on_random_instances() {
+    let mut drafted = 0;
+    let mut accepted = 0;
+    for seed in 0..INSTANCES {
+        let inst = instance(seed);
+        if let Some(diff) = first_divergence(&inst, AcceptanceRules::default()) {
+            panic!("instance {seed}: {diff}");
+        }
+        let (out, _) = speculative(&inst.target, inst.drafter.as_ref(), &inst.request);
+        if let Some(stats) = out.mtp {
+            drafted += stats.drafted;
+            accepted += stats.accepted;
+        }
+    }
+    // The instances exercise both acceptance and rejection.
+    assert!(accepted > drafted / 10 && accepted < drafted, "{accepted} of {drafted}");
+}
+
+/// Accepts every draft: a wrong rule.
+fn accept_everything(drafts: &[u32], target: &[u32], _eos: &[u32]) -> Result<Verdict, CoreError> {
+    Ok(Verdict { accepted: drafts.len(), next: target.last().copied(), end: RoundEnd::Continue })
+}
+
+#[test]
+fn the_equivalence_check_rejects_a_wrong_greedy_rule() {
+    let rules = AcceptanceRules { greedy: accept_everything, ..AcceptanceRules::default() };
+    let caught = (0..20).filter(|&seed| first_divergence(&instance(seed), rules).is_some()).count();
+    assert!(caught >= 10, "a rule that accepts every draft went unnoticed ({caught} of 20)");
+}

@@ -1,0 +1,104 @@
+//! Sampled MTP through the whole engine: seeded runs repeat, and the emitted tokens follow the
+//! target's distribution (the large χ² suites of the acceptance math live in the sampling tests;
+//! this one checks the engine's plumbing end to end).
+
+mod common;
+
+use common::*;
+use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
+use mtp_core::model::TargetModel;
+use mtp_core::options::{DecodeMode, ValidationMode};
+use mtp_core::sampling::{Sampler, SamplerOptions};
+use mtp_core::schedule::ScheduleKind;
+use mtp_core::testing::{TinyConfig, TinyDrafter, TinyDrafterConfig};
+use mtp_core::Backend;
+use statrs::distribution::{ChiSquared, ContinuousCDF};
+
+fn sampled_request(seed: u64, n: usize) -> GenerateRequest {
+    let mut r = GenerateRequest::greedy(vec![1, 2, 3], n);
+    r.sampling = SamplerOptions {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        seed: Some(seed),
+        ..SamplerOptions::default()
+    };
+    r.draft = draft(ScheduleKind::Constant, ValidationMode::Batched, 3);
+    r
+}
+
+#[test]
+fn seeded_sampled_runs_repeat_exactly() {
+    let b = B::default();
+    let t = target(TinyConfig::default());
+    let d = TinyDrafter::new(&b, &t, TinyDrafterConfig::default()).unwrap();
+    let engine = Engine::new(&b, &t).with_drafter(&d).with_env(no_env());
+    let run = |seed| engine.generate(&sampled_request(seed, 30), &mut DiscardSink, &CancelToken::new()).unwrap();
+    let (a, again, other) = (run(5), run(5), run(6));
+    assert_eq!(a.mode, DecodeMode::SampledMtp);
+    assert_eq!(a.tokens, again.tokens);
+    let (sa, sb) = (a.mtp.clone().unwrap(), again.mtp.clone().unwrap());
+    assert_eq!((sa.drafted, sa.accepted), (sb.drafted, sb.accepted));
+    assert_ne!(a.tokens, other.tokens);
+    assert_eq!(a.tokens.len(), 30);
+}
+
+#[test]
+fn sampled_mtp_emits_the_target_distribution() {
+    let b = B::default();
+    let config = TinyConfig { vocab: 6, gain: 0.7, softcap: None, ..TinyConfig::default() };
+    let t = target(config);
+    let d = TinyDrafter::new(&b, &t, TinyDrafterConfig::default()).unwrap();
+    let engine = Engine::new(&b, &t).with_drafter(&d).with_env(no_env());
+    let vocab = 6;
+
+    // Expected joint distribution of the first two tokens: p(t1) p(t2 | t1).
+    let probe = sampled_request(0, 2);
+    let sampler = Sampler::new(probe.sampling.clone(), &probe.prompt).unwrap();
+    let next_dist = |tokens: &[u32]| {
+        let mut caches = t.new_caches(&b).unwrap();
+        let ids = b.from_u32(tokens, &[1, tokens.len()]).unwrap();
+        let out = t.forward(&b, &ids, 0, &mut caches).unwrap();
+        let last = b.slice(&out.hidden, 1, tokens.len() - 1, 1).unwrap();
+        let row = b.to_vec_f32(&t.unembed(&b, &last).unwrap()).unwrap();
+        sampler.distribution(&row, &tokens[probe.prompt.len()..]).unwrap()
+    };
+    let first = next_dist(&probe.prompt);
+    let mut expected = vec![0.0; vocab * vocab];
+    for t1 in 0..vocab as u32 {
+        let mut seq = probe.prompt.clone();
+        seq.push(t1);
+        let second = next_dist(&seq);
+        for t2 in 0..vocab as u32 {
+            expected[t1 as usize * vocab + t2 as usize] = first.prob(t1) * second.prob(t2);
+        }
+    }
+
+    let draws = 20_000;
+    let mut counts = vec![0usize; vocab * vocab];
+    let mut accepted = 0;
+    for seed in 0..draws {
+        let out = engine.generate(&sampled_request(seed, 2), &mut DiscardSink, &CancelToken::new()).unwrap();
+        counts[out.tokens[0] as usize * vocab + out.tokens[1] as usize] += 1;
+        accepted += out.mtp.map_or(0, |s| s.accepted);
+    }
+    assert!(accepted > 0, "the drafter never got a token accepted");
+    let (mut chi2, mut dof) = (0.0, 0usize);
+    let (mut pooled_obs, mut pooled_exp) = (0.0, 0.0);
+    for (obs, p) in counts.iter().zip(&expected) {
+        let e = p * draws as f64;
+        if e < 5.0 {
+            pooled_obs += *obs as f64;
+            pooled_exp += e;
+        } else {
+            chi2 += (*obs as f64 - e).powi(2) / e;
+            dof += 1;
+        }
+    }
+    if pooled_exp > 0.0 {
+        chi2 += (pooled_obs - pooled_exp).powi(2) / pooled_exp.max(1e-9);
+        dof += 1;
+    }
+    let p_value = 1.0 - ChiSquared::new((dof - 1) as f64).unwrap().cdf(chi2);
+    assert!(p_value > 0.01, "χ² = {chi2:.1} on {} dof, p = {p_value:.4}", dof - 1);
+}
