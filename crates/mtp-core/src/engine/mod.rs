@@ -79,6 +79,34 @@ impl GenerateRequest {
 }
 
 /// The decode engine for one target (and optionally one drafter) on one backend.
+///
+/// ```
+/// use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
+/// use mtp_core::reference::ReferenceBackend;
+/// use mtp_core::testing::{TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget};
+///
+/// # fn main() -> Result<(), mtp_core::CoreError> {
+/// let backend = ReferenceBackend::default();
+/// let target = TinyTarget::new(&backend, TinyConfig::default())?;
+/// let drafter = TinyDrafter::new(&backend, &target, TinyDrafterConfig::default())?;
+/// let request = GenerateRequest::greedy(vec![1, 2, 3], 16);
+///
+/// let plain = Engine::new(&backend, &target)
+///     .generate(&request, &mut DiscardSink, &CancelToken::new())?;
+/// let mut streamed = Vec::new();
+/// let mtp = Engine::new(&backend, &target).with_drafter(&drafter).generate(
+///     &request,
+///     &mut |id| {
+///         streamed.push(id);
+///         mtp_core::engine::SinkFlow::Continue
+///     },
+///     &CancelToken::new(),
+/// )?;
+/// assert_eq!(mtp.tokens, plain.tokens); // greedy MTP changes speed, never the output
+/// assert_eq!(streamed, mtp.tokens);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Engine<'m, B: Backend> {
     backend: &'m B,
     target: &'m dyn TargetModel<B>,
@@ -175,7 +203,7 @@ impl<'m, B: Backend> Engine<'m, B> {
         self.check_request(caches, request)?;
         request.sampling.validate()?;
         let options = self.mtp_options(request)?;
-        let mode = self.decode_mode(request)?;
+        let mode = self.mode_for(request, &options);
         let mut session =
             session::Session::new(self.backend, self.target, caches, request, sink, cancel)?;
         match (mode, self.drafter) {
