@@ -19,6 +19,8 @@
 //! * `Max`/`Min` (reduce and binary) propagate NaN; `argmax` treats NaN as smaller than every
 //!   number; `argsort` puts NaN last in both orders; comparisons with NaN are false except `Ne`;
 //! * `where_cond` treats every nonzero condition (NaN included) as true.
+//! * over an empty axis, `Sum` gives 0 and `Mean` NaN, while `Max`, `Min` and `argmax` are errors;
+//! * index arrays are never wrapped: negative or too-large indices are `IndexOutOfRange`.
 
 mod array;
 mod create;
