@@ -39,34 +39,62 @@ pub enum SuiteError {
 }
 
 fn op<B: Backend, T>(backend: &B, r: Result<T, B::Error>) -> Result<T, SuiteError> {
-    r.map_err(|e| SuiteError::Backend { backend: backend.name(), message: e.to_string() })
+    r.map_err(|e| SuiteError::Backend {
+        backend: backend.name(),
+        message: e.to_string(),
+    })
 }
 
 /// Greedy MTP equals plain greedy decode on `backend`, for a few tiny models, under batched,
 /// serial and compare-serial validation.
 pub fn greedy_mtp_matches_plain<B: Backend>(backend: &B) -> Result<(), SuiteError> {
     for seed in 0..6 {
-        let target = op(backend, TinyTarget::new(backend, TinyConfig { seed, ..TinyConfig::default() }))?;
-        let drafter = op(backend, TinyDrafter::new(backend, &target, TinyDrafterConfig::default()))?;
+        let target = op(
+            backend,
+            TinyTarget::new(
+                backend,
+                TinyConfig {
+                    seed,
+                    ..TinyConfig::default()
+                },
+            ),
+        )?;
+        let drafter = op(
+            backend,
+            TinyDrafter::new(backend, &target, TinyDrafterConfig::default()),
+        )?;
         let mut request = GenerateRequest::greedy(vec![1, 2, 3, 4, 5], 24);
         let no_env: mtp_core::engine::EnvLookup = std::sync::Arc::new(|_| None);
         let plain = op(
             backend,
-            Engine::new(backend, &target).with_env(no_env.clone()).generate(
-                &request,
-                &mut DiscardSink,
-                &CancelToken::new(),
-            ),
+            Engine::new(backend, &target)
+                .with_env(no_env.clone())
+                .generate(&request, &mut DiscardSink, &CancelToken::new()),
         )?;
-        for validation in [ValidationMode::Batched, ValidationMode::Serial, ValidationMode::CompareSerial] {
-            request.draft = DraftOverrides { validation: Some(validation), ..DraftOverrides::default() };
-            let engine = Engine::new(backend, &target).with_drafter(&drafter).with_env(no_env.clone());
-            let mtp = op(backend, engine.generate(&request, &mut DiscardSink, &CancelToken::new()))?;
+        for validation in [
+            ValidationMode::Batched,
+            ValidationMode::Serial,
+            ValidationMode::CompareSerial,
+        ] {
+            request.draft = DraftOverrides {
+                validation: Some(validation),
+                ..DraftOverrides::default()
+            };
+            let engine = Engine::new(backend, &target)
+                .with_drafter(&drafter)
+                .with_env(no_env.clone());
+            let mtp = op(
+                backend,
+                engine.generate(&request, &mut DiscardSink, &CancelToken::new()),
+            )?;
             if mtp.tokens != plain.tokens {
                 return Err(SuiteError::Mismatch {
                     backend: backend.name(),
                     check: "greedy MTP vs plain greedy",
-                    detail: format!("seed {seed}, {validation:?}: {:?} vs {:?}", mtp.tokens, plain.tokens),
+                    detail: format!(
+                        "seed {seed}, {validation:?}: {:?} vs {:?}",
+                        mtp.tokens, plain.tokens
+                    ),
                 });
             }
         }
@@ -88,14 +116,24 @@ pub fn logits_match_reference<B: Backend>(backend: &B, rel_tol: f32) -> Result<(
     };
     let ours = op(backend, logits(backend))?;
     let theirs = {
-        let t = op(&reference, TinyTarget::new(&reference, TinyConfig::default()))?;
+        let t = op(
+            &reference,
+            TinyTarget::new(&reference, TinyConfig::default()),
+        )?;
         let mut caches = op(&reference, t.new_caches(&reference))?;
         let ids = op(&reference, reference.from_u32(&prompt, &[1, prompt.len()]))?;
         let out = op(&reference, t.forward(&reference, &ids, 0, &mut caches))?;
-        op(&reference, reference.to_vec_f32(&op(&reference, t.unembed(&reference, &out.hidden))?))?
+        op(
+            &reference,
+            reference.to_vec_f32(&op(&reference, t.unembed(&reference, &out.hidden))?),
+        )?
     };
     let scale = theirs.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
-    let worst = ours.iter().zip(&theirs).map(|(a, b)| (a - b).abs() / scale).fold(0f32, f32::max);
+    let worst = ours
+        .iter()
+        .zip(&theirs)
+        .map(|(a, b)| (a - b).abs() / scale)
+        .fold(0f32, f32::max);
     if ours.len() != theirs.len() || worst > rel_tol {
         return Err(SuiteError::Mismatch {
             backend: backend.name(),

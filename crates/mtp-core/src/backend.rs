@@ -179,6 +179,8 @@ impl AttentionMask {
 /// See the [module docs](self) for the conventions. Implementations: the host
 /// [`ReferenceBackend`](crate::reference::ReferenceBackend) in this crate (the oracle of every
 /// parity test), candle in `backend-candle`, MLX in `backend-mlx`.
+// `from_*` constructors take the backend handle (it knows the device), not a value to convert.
+#[allow(clippy::wrong_self_convention)]
 pub trait Backend: Clone + std::fmt::Debug + 'static {
     /// Where arrays live (a CPU, a GPU ordinal, ...).
     type Device: Clone + std::fmt::Debug + 'static;

@@ -21,7 +21,11 @@ fn plain_greedy_is_not_degenerate() {
     let out = plain(&t, &request(40));
     let distinct: std::collections::BTreeSet<_> = out.tokens.iter().collect();
     assert_eq!(out.tokens.len(), 40);
-    assert!(distinct.len() >= 4, "tiny target collapsed: {:?}", out.tokens);
+    assert!(
+        distinct.len() >= 4,
+        "tiny target collapsed: {:?}",
+        out.tokens
+    );
 }
 
 #[test]
@@ -135,9 +139,13 @@ fn cancellation_mid_stream_leaves_consistent_caches() {
             }
             SinkFlow::Continue
         };
-        let engine = Engine::new(&b, &t).with_drafter(&drafter).with_env(no_env());
+        let engine = Engine::new(&b, &t)
+            .with_drafter(&drafter)
+            .with_env(no_env());
         let mut caches = t.new_caches(&b).expect("caches");
-        let out = engine.generate_with_caches(&mut caches, &req, &mut sink, &cancel).expect("runs");
+        let out = engine
+            .generate_with_caches(&mut caches, &req, &mut sink, &cancel)
+            .expect("runs");
         assert_eq!(out.done_reason, DoneReason::Cancelled);
         assert!(out.tokens.len() >= stop_after && out.tokens.len() < stop_after + 6);
         assert_eq!(out.tokens, reference[..out.tokens.len()].to_vec());
@@ -161,15 +169,22 @@ fn a_sink_can_stop_generation() {
             SinkFlow::Continue
         }
     };
-    let engine = Engine::new(&b, &t).with_drafter(&drafter).with_env(no_env());
-    let out = engine.generate(&req, &mut sink, &CancelToken::new()).expect("runs");
+    let engine = Engine::new(&b, &t)
+        .with_drafter(&drafter)
+        .with_env(no_env());
+    let out = engine
+        .generate(&req, &mut sink, &CancelToken::new())
+        .expect("runs");
     assert_eq!(out.done_reason, DoneReason::Cancelled);
     assert_eq!(out.tokens.len(), 3);
 }
 
 #[test]
 fn caches_that_cannot_speculate_fall_back_to_serial_validation() {
-    let t = target(TinyConfig { caches: CacheFlavor::SerialOnly, ..TinyConfig::default() });
+    let t = target(TinyConfig {
+        caches: CacheFlavor::SerialOnly,
+        ..TinyConfig::default()
+    });
     let req = request(30);
     let mut drafter = scripted(&t, &req, 0.0);
     drafter.right_steps = Some(3);
@@ -212,7 +227,13 @@ fn environment_settings_apply_and_bad_values_are_ignored() {
     assert_eq!(options.initial_draft_tokens, 2);
     assert_eq!(options.max_draft_tokens, 16);
     assert_eq!(options.validation, ValidationMode::Serial);
-    let out = engine.generate(&req, &mut mtp_core::engine::DiscardSink, &CancelToken::new()).unwrap();
+    let out = engine
+        .generate(
+            &req,
+            &mut mtp_core::engine::DiscardSink,
+            &CancelToken::new(),
+        )
+        .unwrap();
     assert_eq!(out.tokens, plain(&t, &req).tokens);
     let stats = out.mtp.expect("stats");
     assert_eq!(stats.serial_rounds, stats.iterations);
@@ -222,14 +243,26 @@ fn environment_settings_apply_and_bad_values_are_ignored() {
 #[test]
 fn bad_requests_are_errors() {
     let b = B::default();
-    let t = target(TinyConfig { max_context: 16, ..TinyConfig::default() });
+    let t = target(TinyConfig {
+        max_context: 16,
+        ..TinyConfig::default()
+    });
     let engine = Engine::new(&b, &t).with_env(no_env());
     let run = |req: &GenerateRequest| {
         engine.generate(req, &mut mtp_core::engine::DiscardSink, &CancelToken::new())
     };
-    assert!(run(&GenerateRequest::greedy(vec![], 4)).is_err(), "empty prompt");
-    assert!(run(&GenerateRequest::greedy(vec![1; 16], 4)).is_err(), "prompt too long");
-    assert!(run(&GenerateRequest::greedy(vec![1, 999], 4)).is_err(), "token out of vocab");
+    assert!(
+        run(&GenerateRequest::greedy(vec![], 4)).is_err(),
+        "empty prompt"
+    );
+    assert!(
+        run(&GenerateRequest::greedy(vec![1; 16], 4)).is_err(),
+        "prompt too long"
+    );
+    assert!(
+        run(&GenerateRequest::greedy(vec![1, 999], 4)).is_err(),
+        "token out of vocab"
+    );
     let mut bad = GenerateRequest::greedy(vec![1, 2], 4);
     bad.sampling.temperature = -1.0;
     assert!(run(&bad).is_err(), "negative temperature");

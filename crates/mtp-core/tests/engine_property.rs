@@ -24,7 +24,9 @@ fn random_config(rng: &mut ChaCha8Rng, seed: u64) -> TinyConfig {
             if rng.random_bool(0.5) {
                 LayerKind::Full
             } else {
-                LayerKind::Sliding { window: rng.random_range(1..7) }
+                LayerKind::Sliding {
+                    window: rng.random_range(1..7),
+                }
             }
         })
         .collect();
@@ -57,7 +59,9 @@ fn instance(seed: u64) -> Instance {
     let config = random_config(&mut rng, seed);
     let vocab = config.vocab as u32;
     let target = target(config);
-    let prompt = (0..rng.random_range(1..12)).map(|_| rng.random_range(0..vocab)).collect();
+    let prompt = (0..rng.random_range(1..12))
+        .map(|_| rng.random_range(0..vocab))
+        .collect();
     let mut request = GenerateRequest::greedy(prompt, rng.random_range(1..24));
     if rng.random_bool(0.3) {
         request.eos = vec![rng.random_range(0..vocab)];
@@ -68,18 +72,34 @@ fn instance(seed: u64) -> Instance {
         Box::new(d)
     } else {
         let layer = rng.random_range(0..target.config().layers.len());
-        let config = TinyDrafterConfig { source_layer: layer, seed: seed + 1, ..Default::default() };
+        let config = TinyDrafterConfig {
+            source_layer: layer,
+            seed: seed + 1,
+            ..Default::default()
+        };
         Box::new(TinyDrafter::new(&b, &target, config).expect("drafter builds"))
     };
-    Instance { target, request, drafter }
+    Instance {
+        target,
+        request,
+        drafter,
+    }
 }
 
 /// The first (schedule, validation) for which speculative output differs from plain output.
 fn first_divergence(inst: &Instance, rules: AcceptanceRules) -> Option<String> {
     let b = B::default();
     let expected = plain(&inst.target, &inst.request);
-    for schedule in [ScheduleKind::Constant, ScheduleKind::Heuristic, ScheduleKind::Adaptive] {
-        for validation in [ValidationMode::Batched, ValidationMode::Serial, ValidationMode::CompareSerial] {
+    for schedule in [
+        ScheduleKind::Constant,
+        ScheduleKind::Heuristic,
+        ScheduleKind::Adaptive,
+    ] {
+        for validation in [
+            ValidationMode::Batched,
+            ValidationMode::Serial,
+            ValidationMode::CompareSerial,
+        ] {
             let mut request = inst.request.clone();
             request.draft = draft(schedule, validation, 1 + (request.prompt.len() % 5));
             let engine = Engine::new(&b, &inst.target)
@@ -96,7 +116,10 @@ fn first_divergence(inst: &Instance, rules: AcceptanceRules) -> Option<String> {
                 ));
             }
             if let Some(stats) = &out.mtp {
-                assert_eq!(stats.batch_serial_mismatches, 0, "compare-serial disagreement");
+                assert_eq!(
+                    stats.batch_serial_mismatches, 0,
+                    "compare-serial disagreement"
+                );
             }
         }
     }
@@ -119,17 +142,32 @@ fn greedy_mtp_equals_plain_greedy_on_random_instances() {
         }
     }
     // The instances exercise both acceptance and rejection.
-    assert!(accepted > drafted / 10 && accepted < drafted, "{accepted} of {drafted}");
+    assert!(
+        accepted > drafted / 10 && accepted < drafted,
+        "{accepted} of {drafted}"
+    );
 }
 
 /// Accepts every draft: a wrong rule.
 fn accept_everything(drafts: &[u32], target: &[u32], _eos: &[u32]) -> Result<Verdict, CoreError> {
-    Ok(Verdict { accepted: drafts.len(), next: target.last().copied(), end: RoundEnd::Continue })
+    Ok(Verdict {
+        accepted: drafts.len(),
+        next: target.last().copied(),
+        end: RoundEnd::Continue,
+    })
 }
 
 #[test]
 fn the_equivalence_check_rejects_a_wrong_greedy_rule() {
-    let rules = AcceptanceRules { greedy: accept_everything, ..AcceptanceRules::default() };
-    let caught = (0..20).filter(|&seed| first_divergence(&instance(seed), rules).is_some()).count();
-    assert!(caught >= 10, "a rule that accepts every draft went unnoticed ({caught} of 20)");
+    let rules = AcceptanceRules {
+        greedy: accept_everything,
+        ..AcceptanceRules::default()
+    };
+    let caught = (0..20)
+        .filter(|&seed| first_divergence(&instance(seed), rules).is_some())
+        .count();
+    assert!(
+        caught >= 10,
+        "a rule that accepts every draft went unnoticed ({caught} of 20)"
+    );
 }

@@ -33,7 +33,15 @@ fn seeded_sampled_runs_repeat_exactly() {
     let t = target(TinyConfig::default());
     let d = TinyDrafter::new(&b, &t, TinyDrafterConfig::default()).unwrap();
     let engine = Engine::new(&b, &t).with_drafter(&d).with_env(no_env());
-    let run = |seed| engine.generate(&sampled_request(seed, 30), &mut DiscardSink, &CancelToken::new()).unwrap();
+    let run = |seed| {
+        engine
+            .generate(
+                &sampled_request(seed, 30),
+                &mut DiscardSink,
+                &CancelToken::new(),
+            )
+            .unwrap()
+    };
     let (a, again, other) = (run(5), run(5), run(6));
     assert_eq!(a.mode, DecodeMode::SampledMtp);
     assert_eq!(a.tokens, again.tokens);
@@ -46,7 +54,12 @@ fn seeded_sampled_runs_repeat_exactly() {
 #[test]
 fn sampled_mtp_emits_the_target_distribution() {
     let b = B::default();
-    let config = TinyConfig { vocab: 6, gain: 0.7, softcap: None, ..TinyConfig::default() };
+    let config = TinyConfig {
+        vocab: 6,
+        gain: 0.7,
+        softcap: None,
+        ..TinyConfig::default()
+    };
     let t = target(config);
     let d = TinyDrafter::new(&b, &t, TinyDrafterConfig::default()).unwrap();
     let engine = Engine::new(&b, &t).with_drafter(&d).with_env(no_env());
@@ -61,7 +74,9 @@ fn sampled_mtp_emits_the_target_distribution() {
         let out = t.forward(&b, &ids, 0, &mut caches).unwrap();
         let last = b.slice(&out.hidden, 1, tokens.len() - 1, 1).unwrap();
         let row = b.to_vec_f32(&t.unembed(&b, &last).unwrap()).unwrap();
-        sampler.distribution(&row, &tokens[probe.prompt.len()..]).unwrap()
+        sampler
+            .distribution(&row, &tokens[probe.prompt.len()..])
+            .unwrap()
     };
     let first = next_dist(&probe.prompt);
     let mut expected = vec![0.0; vocab * vocab];
@@ -78,7 +93,13 @@ fn sampled_mtp_emits_the_target_distribution() {
     let mut counts = vec![0usize; vocab * vocab];
     let mut accepted = 0;
     for seed in 0..draws {
-        let out = engine.generate(&sampled_request(seed, 2), &mut DiscardSink, &CancelToken::new()).unwrap();
+        let out = engine
+            .generate(
+                &sampled_request(seed, 2),
+                &mut DiscardSink,
+                &CancelToken::new(),
+            )
+            .unwrap();
         counts[out.tokens[0] as usize * vocab + out.tokens[1] as usize] += 1;
         accepted += out.mtp.map_or(0, |s| s.accepted);
     }
@@ -100,5 +121,9 @@ fn sampled_mtp_emits_the_target_distribution() {
         dof += 1;
     }
     let p_value = 1.0 - ChiSquared::new((dof - 1) as f64).unwrap().cdf(chi2);
-    assert!(p_value > 0.01, "χ² = {chi2:.1} on {} dof, p = {p_value:.4}", dof - 1);
+    assert!(
+        p_value > 0.01,
+        "χ² = {chi2:.1} on {} dof, p = {p_value:.4}",
+        dof - 1
+    );
 }

@@ -15,7 +15,12 @@ const DIM: usize = 3;
 
 /// Keys and values for `t` positions starting at absolute position `first`, with values that
 /// identify the position (so a wrong slot shows up).
-fn entries(b: &B, first: usize, t: usize, salt: f32) -> (<B as Backend>::Array, <B as Backend>::Array) {
+fn entries(
+    b: &B,
+    first: usize,
+    t: usize,
+    salt: f32,
+) -> (<B as Backend>::Array, <B as Backend>::Array) {
     let mut k = Vec::new();
     let mut v = Vec::new();
     for h in 0..HEADS {
@@ -33,7 +38,13 @@ fn entries(b: &B, first: usize, t: usize, salt: f32) -> (<B as Backend>::Array, 
 }
 
 fn snapshot(b: &B, view: Option<KvView<B>>) -> Option<(usize, Vec<f32>, Vec<f32>)> {
-    view.map(|v| (v.start, b.to_vec_f32(&v.keys).unwrap(), b.to_vec_f32(&v.values).unwrap()))
+    view.map(|v| {
+        (
+            v.start,
+            b.to_vec_f32(&v.keys).unwrap(),
+            b.to_vec_f32(&v.values).unwrap(),
+        )
+    })
 }
 
 fn new_cache(kind: CacheKind) -> Box<dyn KvCache<B>> {
@@ -67,7 +78,10 @@ fn check_rollback(kind: CacheKind, seed: u64) {
             cache.update(&b, &k, &v).unwrap();
             committed.extend(std::iter::repeat_n(salt, t));
         } else {
-            assert_eq!(cache.begin_speculation(&b).unwrap(), SpeculationSupport::Started);
+            assert_eq!(
+                cache.begin_speculation(&b).unwrap(),
+                SpeculationSupport::Started
+            );
             let mut pending: Vec<f32> = Vec::new();
             for w in 0..rng.random_range(1..3) {
                 let t = rng.random_range(1..6);
@@ -84,12 +98,20 @@ fn check_rollback(kind: CacheKind, seed: u64) {
         let context = format!("{kind:?} seed {seed} round {round}");
         assert_eq!(cache.len(), committed.len(), "{context}");
         let expected = rebuilt(&b, kind, &committed);
-        assert_eq!(snapshot(&b, cache.view(&b).unwrap()), snapshot(&b, expected.view(&b).unwrap()), "{context}");
+        assert_eq!(
+            snapshot(&b, cache.view(&b).unwrap()),
+            snapshot(&b, expected.view(&b).unwrap()),
+            "{context}"
+        );
         // The next write must see the same history in both.
         let (k, v) = entries(&b, committed.len(), 2, 9.0);
         let ours = cache.fork(&b).unwrap().update(&b, &k, &v).unwrap();
         let theirs = rebuilt(&b, kind, &committed).update(&b, &k, &v).unwrap();
-        assert_eq!(snapshot(&b, Some(ours)), snapshot(&b, Some(theirs)), "{context}");
+        assert_eq!(
+            snapshot(&b, Some(ours)),
+            snapshot(&b, Some(theirs)),
+            "{context}"
+        );
     }
 }
 
@@ -125,7 +147,10 @@ fn rotating_update_returns_the_window_before_each_query() {
     let stored = cache.view(&b).unwrap().unwrap();
     assert_eq!(stored.start, 6);
     let (expected, _) = entries(&b, 6, 3, 0.0);
-    assert_eq!(b.to_vec_f32(&stored.keys).unwrap(), b.to_vec_f32(&expected).unwrap());
+    assert_eq!(
+        b.to_vec_f32(&stored.keys).unwrap(),
+        b.to_vec_f32(&expected).unwrap()
+    );
 }
 
 #[test]
@@ -151,17 +176,26 @@ fn misuse_is_an_error_not_a_panic() {
     let b = B::default();
     for kind in [CacheKind::Full, CacheKind::Rotating { window: 2 }] {
         let mut cache = new_cache(kind);
-        assert!(cache.commit_speculation(&b, 0).is_err(), "commit without begin");
+        assert!(
+            cache.commit_speculation(&b, 0).is_err(),
+            "commit without begin"
+        );
         cache.begin_speculation(&b).unwrap();
         assert!(cache.begin_speculation(&b).is_err(), "nested begin");
         let (k, v) = entries(&b, 0, 2, 0.0);
         cache.update(&b, &k, &v).unwrap();
-        assert!(cache.commit_speculation(&b, 3).is_err(), "keep more than written");
+        assert!(
+            cache.commit_speculation(&b, 3).is_err(),
+            "keep more than written"
+        );
         cache.commit_speculation(&b, 1).unwrap();
         assert_eq!(cache.len(), 1);
         let (bad, _) = entries(&b, 1, 1, 0.0);
         let wrong = b.from_f32(&[0.0; 4], &[1, 1, 2, 2], DType::F32).unwrap();
-        assert!(cache.update(&b, &bad, &wrong).is_err(), "mismatched keys and values");
+        assert!(
+            cache.update(&b, &bad, &wrong).is_err(),
+            "mismatched keys and values"
+        );
     }
     assert!(RotatingKvCache::<B>::new(0).is_err());
 }
@@ -174,7 +208,10 @@ fn a_set_with_a_cache_that_cannot_speculate_opens_nothing() {
         Box::new(SerialOnlyCache::new()),
     ]);
     assert!(!set.can_speculate());
-    assert_eq!(set.begin_speculation(&b).unwrap(), SpeculationSupport::Unsupported);
+    assert_eq!(
+        set.begin_speculation(&b).unwrap(),
+        SpeculationSupport::Unsupported
+    );
     assert!(!set.is_speculating());
     assert!(set.layer(2).is_err());
 }

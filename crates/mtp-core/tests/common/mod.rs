@@ -21,8 +21,10 @@ pub fn no_env() -> EnvLookup {
 
 /// An environment with the given settings.
 pub fn env(pairs: &[(&str, &str)]) -> EnvLookup {
-    let map: HashMap<String, String> =
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     Arc::new(move |k| map.get(k).cloned())
 }
 
@@ -46,7 +48,9 @@ pub fn speculative(
     request: &GenerateRequest,
 ) -> (Response, CacheSet<B>) {
     let b = B::default();
-    let engine = Engine::new(&b, target).with_drafter(drafter).with_env(no_env());
+    let engine = Engine::new(&b, target)
+        .with_drafter(drafter)
+        .with_env(no_env());
     let mut caches = target.new_caches(&b).expect("caches");
     let response = engine
         .generate_with_caches(&mut caches, request, &mut DiscardSink, &CancelToken::new())
@@ -55,7 +59,11 @@ pub fn speculative(
 }
 
 /// A drafter that knows the plain continuation of `request`.
-pub fn scripted(target: &TinyTarget<B>, request: &GenerateRequest, accuracy: f64) -> ScriptedDrafter {
+pub fn scripted(
+    target: &TinyTarget<B>,
+    request: &GenerateRequest,
+    accuracy: f64,
+) -> ScriptedDrafter {
     let reference = plain(target, request);
     let mut sequence = request.prompt.clone();
     sequence.extend(&reference.tokens);
