@@ -1,5 +1,25 @@
 //! MTP options: model defaults, then environment, then the request.
 
+use crate::sampling::SamplerOptions;
+use crate::schedule::ScheduleKind;
+use crate::CoreError;
+
+/// The seed's default initial draft depth (used when a model's default is 0).
+pub const DEFAULT_INITIAL_DRAFT_TOKENS: usize = 4;
+/// The seed's default maximum draft depth (used when a model's default is 0).
+pub const DEFAULT_MAX_DRAFT_TOKENS: usize = 16;
+
+/// Environment key: initial draft depth (positive integer).
+pub const ENV_INITIAL_DRAFT_TOKENS: &str = "MTP_INITIAL_DRAFT_TOKENS";
+/// Environment key: maximum draft depth (positive integer).
+pub const ENV_MAX_DRAFT_TOKENS: &str = "MTP_MAX_DRAFT_TOKENS";
+/// Environment key: draft schedule (`constant`, `heuristic` or `adaptive`).
+pub const ENV_DRAFT_SCHEDULE: &str = "MTP_DRAFT_SCHEDULE";
+/// Environment key: force serial validation (boolean).
+pub const ENV_SERIAL_VALIDATE: &str = "MTP_SERIAL_VALIDATE";
+/// Environment key: compare batched with serial validation (boolean, debug).
+pub const ENV_COMPARE_SERIAL_VALIDATE: &str = "MTP_COMPARE_SERIAL_VALIDATE";
+
 /// MTP defaults a model provides (the seed's `MTPDefaults`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MtpDefaults {
@@ -18,6 +38,488 @@ impl Default for MtpDefaults {
             initial_draft_tokens: 4,
             max_draft_tokens: 16,
             enabled: true,
+        }
+    }
+}
+
+/// How drafts are validated against the target.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum ValidationMode {
+    /// One target forward over all drafts (falls back to serial when a cache cannot speculate).
+    #[default]
+    Batched,
+    /// Forward drafts one at a time on the live caches.
+    Serial,
+    /// Batched, then re-check the accepted prefix serially and report disagreements (debug).
+    CompareSerial,
+}
+
+/// Per-request overrides of the MTP options; `None` keeps the value from the defaults and the
+/// environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct DraftOverrides {
+    /// Initial draft depth (must be ≥ 1).
+    pub initial_draft_tokens: Option<usize>,
+    /// Maximum draft depth (must be ≥ 1).
+    pub max_draft_tokens: Option<usize>,
+    /// Draft schedule.
+    pub schedule: Option<ScheduleKind>,
+    /// Validation mode.
+    pub validation: Option<ValidationMode>,
+    /// Whether MTP is used at all.
+    pub enabled: Option<bool>,
+}
+
+/// The resolved MTP options of one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MtpOptions {
+    /// Draft depth of the first round (≤ `max_draft_tokens`).
+    pub initial_draft_tokens: usize,
+    /// Upper bound on the draft depth.
+    pub max_draft_tokens: usize,
+    /// Draft schedule.
+    pub schedule: ScheduleKind,
+    /// Validation mode.
+    pub validation: ValidationMode,
+    /// Whether MTP is used at all.
+    pub enabled: bool,
+}
+
+impl MtpOptions {
+    /// Resolves the options: model `defaults` (a 0 depth becomes the seed's 4 initial / 16
+    /// max), then the environment read through `env`, then `overrides`; finally the initial
+    /// depth is clamped to the maximum.
+    ///
+    /// Environment: [`ENV_INITIAL_DRAFT_TOKENS`] and [`ENV_MAX_DRAFT_TOKENS`] (positive
+    /// integers), [`ENV_DRAFT_SCHEDULE`] (`constant`, `heuristic` or `adaptive`, any case),
+    /// [`ENV_SERIAL_VALIDATE`] and [`ENV_COMPARE_SERIAL_VALIDATE`] (booleans as Go's
+    /// `strconv.ParseBool`; compare-serial wins when both are true). Empty values count as
+    /// unset; an invalid value logs a warning naming the key and value and is ignored.
+    ///
+    /// An invalid override (a depth of 0) is an error ([`CoreError::InvalidOption`]).
+    pub fn resolve(
+        defaults: &MtpDefaults,
+        env: &dyn Fn(&str) -> Option<String>,
+        overrides: &DraftOverrides,
+    ) -> Result<MtpOptions, CoreError> {
+        let mut opts = MtpOptions {
+            initial_draft_tokens: nonzero_or(
+                defaults.initial_draft_tokens,
+                DEFAULT_INITIAL_DRAFT_TOKENS,
+            ),
+            max_draft_tokens: nonzero_or(defaults.max_draft_tokens, DEFAULT_MAX_DRAFT_TOKENS),
+            schedule: ScheduleKind::default(),
+            validation: ValidationMode::default(),
+            enabled: defaults.enabled,
+        };
+        opts.apply_env(env);
+        opts.apply_overrides(overrides)?;
+        opts.initial_draft_tokens = opts.initial_draft_tokens.min(opts.max_draft_tokens);
+        Ok(opts)
+    }
+
+    /// [`resolve`](Self::resolve) with the process environment.
+    pub fn from_env(
+        defaults: &MtpDefaults,
+        overrides: &DraftOverrides,
+    ) -> Result<MtpOptions, CoreError> {
+        Self::resolve(defaults, &|key| std::env::var(key).ok(), overrides)
+    }
+
+    fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) {
+        if let Some(v) = env_value(env, ENV_MAX_DRAFT_TOKENS, parse_positive) {
+            self.max_draft_tokens = v;
+        }
+        if let Some(v) = env_value(env, ENV_INITIAL_DRAFT_TOKENS, parse_positive) {
+            self.initial_draft_tokens = v;
+        }
+        if let Some(v) = env_value(env, ENV_DRAFT_SCHEDULE, |s| s.parse().ok()) {
+            self.schedule = v;
+        }
+        let serial = env_value(env, ENV_SERIAL_VALIDATE, parse_go_bool);
+        let compare = env_value(env, ENV_COMPARE_SERIAL_VALIDATE, parse_go_bool);
+        if compare == Some(true) {
+            self.validation = ValidationMode::CompareSerial;
+        } else if serial == Some(true) {
+            self.validation = ValidationMode::Serial;
+        }
+    }
+
+    fn apply_overrides(&mut self, overrides: &DraftOverrides) -> Result<(), CoreError> {
+        if let Some(v) = overrides.max_draft_tokens {
+            self.max_draft_tokens = positive_override("max_draft_tokens", v)?;
+        }
+        if let Some(v) = overrides.initial_draft_tokens {
+            self.initial_draft_tokens = positive_override("initial_draft_tokens", v)?;
+        }
+        if let Some(v) = overrides.schedule {
+            self.schedule = v;
+        }
+        if let Some(v) = overrides.validation {
+            self.validation = v;
+        }
+        if let Some(v) = overrides.enabled {
+            self.enabled = v;
+        }
+        Ok(())
+    }
+}
+
+fn nonzero_or(value: usize, fallback: usize) -> usize {
+    if value == 0 {
+        fallback
+    } else {
+        value
+    }
+}
+
+fn positive_override(name: &'static str, value: usize) -> Result<usize, CoreError> {
+    if value == 0 {
+        Err(CoreError::InvalidOption {
+            name,
+            value: value.to_string(),
+            reason: "must be >= 1",
+        })
+    } else {
+        Ok(value)
+    }
+}
+
+/// Reads and parses one environment key; unset or empty is `None`, an unparsable value warns
+/// and is `None`.
+fn env_value<T>(
+    env: &dyn Fn(&str) -> Option<String>,
+    key: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Option<T> {
+    let raw = env(key)?;
+    if raw.is_empty() {
+        return None;
+    }
+    let parsed = parse(&raw);
+    if parsed.is_none() {
+        tracing::warn!(key, value = %raw, "invalid MTP env setting; ignored");
+    }
+    parsed
+}
+
+/// A positive decimal integer (surrounding whitespace allowed).
+fn parse_positive(s: &str) -> Option<usize> {
+    s.trim().parse::<usize>().ok().filter(|&v| v > 0)
+}
+
+/// Go's `strconv.ParseBool`: 1 t T TRUE true True / 0 f F FALSE false False.
+fn parse_go_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Which decode loop a request runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DecodeMode {
+    /// Plain decoding, one target forward per token.
+    Plain,
+    /// Greedy MTP: drafts verified against the target's argmax.
+    GreedyMtp,
+    /// Sampled MTP: drafts verified by speculative sampling.
+    SampledMtp,
+}
+
+/// Whether an MTP drafter is loaded for the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DrafterPresence {
+    /// A drafter is loaded.
+    Loaded,
+    /// No drafter.
+    Absent,
+}
+
+/// Whether the request asks for log-probabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LogprobsRequest {
+    /// No log-probabilities.
+    None,
+    /// Log-probabilities (or top log-probabilities) were requested.
+    Requested,
+}
+
+/// Chooses the decode loop as the seed does (`useGreedyMTP` / `useSampleMTP`):
+///
+/// * [`DecodeMode::Plain`] when MTP is disabled, no drafter is loaded, or logprobs are
+///   requested;
+/// * [`DecodeMode::GreedyMtp`] at temperature 0 with neutral processing
+///   ([`SamplerOptions::is_neutral`]); temperature 0 with any other processing is plain;
+/// * [`DecodeMode::SampledMtp`] at temperature > 0 with batched validation; serial or
+///   compare-serial validation switches sampled MTP off (plain).
+pub fn decode_mode(
+    sampling: &SamplerOptions,
+    mtp: &MtpOptions,
+    drafter: DrafterPresence,
+    logprobs: LogprobsRequest,
+) -> DecodeMode {
+    if !mtp.enabled || drafter == DrafterPresence::Absent || logprobs == LogprobsRequest::Requested
+    {
+        return DecodeMode::Plain;
+    }
+    if sampling.is_greedy() {
+        if sampling.is_neutral() {
+            DecodeMode::GreedyMtp
+        } else {
+            DecodeMode::Plain
+        }
+    } else if mtp.validation == ValidationMode::Batched {
+        DecodeMode::SampledMtp
+    } else {
+        DecodeMode::Plain
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn resolve(
+        defaults: MtpDefaults,
+        pairs: &[(&str, &str)],
+        overrides: DraftOverrides,
+    ) -> Result<MtpOptions, CoreError> {
+        MtpOptions::resolve(&defaults, &env_of(pairs), &overrides)
+    }
+
+    #[test]
+    fn defaults_only() {
+        let o = resolve(MtpDefaults::default(), &[], DraftOverrides::default()).unwrap();
+        assert_eq!(
+            o,
+            MtpOptions {
+                initial_draft_tokens: 4,
+                max_draft_tokens: 16,
+                schedule: ScheduleKind::Constant,
+                validation: ValidationMode::Batched,
+                enabled: true,
+            }
+        );
+        let zeros = MtpDefaults {
+            initial_draft_tokens: 0,
+            max_draft_tokens: 0,
+            enabled: false,
+        };
+        let o = resolve(zeros, &[], DraftOverrides::default()).unwrap();
+        assert_eq!(
+            (o.initial_draft_tokens, o.max_draft_tokens, o.enabled),
+            (4, 16, false)
+        );
+        let small = MtpDefaults {
+            initial_draft_tokens: 8,
+            max_draft_tokens: 3,
+            enabled: true,
+        };
+        let o = resolve(small, &[], DraftOverrides::default()).unwrap();
+        assert_eq!((o.initial_draft_tokens, o.max_draft_tokens), (3, 3));
+    }
+
+    #[test]
+    fn environment_applies() {
+        let o = resolve(
+            MtpDefaults::default(),
+            &[
+                (ENV_INITIAL_DRAFT_TOKENS, "6"),
+                (ENV_MAX_DRAFT_TOKENS, "8"),
+                (ENV_DRAFT_SCHEDULE, " Adaptive "),
+                (ENV_SERIAL_VALIDATE, "T"),
+            ],
+            DraftOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(o.initial_draft_tokens, 6);
+        assert_eq!(o.max_draft_tokens, 8);
+        assert_eq!(o.schedule, ScheduleKind::Adaptive);
+        assert_eq!(o.validation, ValidationMode::Serial);
+        let o = resolve(
+            MtpDefaults::default(),
+            &[
+                (ENV_INITIAL_DRAFT_TOKENS, "12"),
+                (ENV_MAX_DRAFT_TOKENS, "5"),
+            ],
+            DraftOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!((o.initial_draft_tokens, o.max_draft_tokens), (5, 5));
+    }
+
+    #[test]
+    fn compare_serial_wins() {
+        let o = resolve(
+            MtpDefaults::default(),
+            &[
+                (ENV_SERIAL_VALIDATE, "1"),
+                (ENV_COMPARE_SERIAL_VALIDATE, "true"),
+            ],
+            DraftOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(o.validation, ValidationMode::CompareSerial);
+        let o = resolve(
+            MtpDefaults::default(),
+            &[
+                (ENV_SERIAL_VALIDATE, "False"),
+                (ENV_COMPARE_SERIAL_VALIDATE, "0"),
+            ],
+            DraftOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(o.validation, ValidationMode::Batched);
+    }
+
+    #[test]
+    fn invalid_environment_is_ignored() {
+        let o = resolve(
+            MtpDefaults::default(),
+            &[
+                (ENV_INITIAL_DRAFT_TOKENS, "0"),
+                (ENV_MAX_DRAFT_TOKENS, "-3"),
+                (ENV_DRAFT_SCHEDULE, "fastest"),
+                (ENV_SERIAL_VALIDATE, "yes"),
+                (ENV_COMPARE_SERIAL_VALIDATE, "TrUe"),
+            ],
+            DraftOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            o,
+            resolve(MtpDefaults::default(), &[], DraftOverrides::default()).unwrap()
+        );
+    }
+
+    #[test]
+    fn go_parse_bool_set() {
+        for s in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(parse_go_bool(s), Some(true), "{s}");
+        }
+        for s in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(parse_go_bool(s), Some(false), "{s}");
+        }
+        for s in ["", "yes", "tRUE", " true", "2"] {
+            assert_eq!(parse_go_bool(s), None, "{s}");
+        }
+    }
+
+    #[test]
+    fn overrides_win_and_are_checked() {
+        let env = [
+            (ENV_MAX_DRAFT_TOKENS, "8"),
+            (ENV_DRAFT_SCHEDULE, "heuristic"),
+        ];
+        let o = resolve(
+            MtpDefaults::default(),
+            &env,
+            DraftOverrides {
+                initial_draft_tokens: Some(10),
+                max_draft_tokens: Some(12),
+                schedule: Some(ScheduleKind::Constant),
+                validation: Some(ValidationMode::Serial),
+                enabled: Some(false),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            o,
+            MtpOptions {
+                initial_draft_tokens: 10,
+                max_draft_tokens: 12,
+                schedule: ScheduleKind::Constant,
+                validation: ValidationMode::Serial,
+                enabled: false,
+            }
+        );
+        let o = resolve(
+            MtpDefaults::default(),
+            &env,
+            DraftOverrides {
+                initial_draft_tokens: Some(10),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!((o.initial_draft_tokens, o.max_draft_tokens), (8, 8));
+        for bad in [
+            DraftOverrides {
+                max_draft_tokens: Some(0),
+                ..Default::default()
+            },
+            DraftOverrides {
+                initial_draft_tokens: Some(0),
+                ..Default::default()
+            },
+        ] {
+            assert!(matches!(
+                resolve(MtpDefaults::default(), &[], bad),
+                Err(CoreError::InvalidOption { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn from_env_reads_process_environment() {
+        // Only checks that it resolves; the process environment is not modified here.
+        assert!(MtpOptions::from_env(&MtpDefaults::default(), &DraftOverrides::default()).is_ok());
+    }
+
+    #[test]
+    fn decode_mode_selection() {
+        let mtp = resolve(MtpDefaults::default(), &[], DraftOverrides::default()).unwrap();
+        let greedy = SamplerOptions::default();
+        let sampled = SamplerOptions {
+            temperature: 0.8,
+            top_k: 40,
+            ..Default::default()
+        };
+        let l = DrafterPresence::Loaded;
+        let n = LogprobsRequest::None;
+        assert_eq!(decode_mode(&greedy, &mtp, l, n), DecodeMode::GreedyMtp);
+        assert_eq!(decode_mode(&sampled, &mtp, l, n), DecodeMode::SampledMtp);
+        let penalised = SamplerOptions {
+            repeat_penalty: 1.1,
+            ..Default::default()
+        };
+        assert_eq!(decode_mode(&penalised, &mtp, l, n), DecodeMode::Plain);
+        assert_eq!(
+            decode_mode(&greedy, &mtp, DrafterPresence::Absent, n),
+            DecodeMode::Plain
+        );
+        assert_eq!(
+            decode_mode(&sampled, &mtp, l, LogprobsRequest::Requested),
+            DecodeMode::Plain
+        );
+        let off = MtpOptions {
+            enabled: false,
+            ..mtp
+        };
+        assert_eq!(decode_mode(&greedy, &off, l, n), DecodeMode::Plain);
+        for v in [ValidationMode::Serial, ValidationMode::CompareSerial] {
+            let forced = MtpOptions {
+                validation: v,
+                ..mtp
+            };
+            assert_eq!(decode_mode(&sampled, &forced, l, n), DecodeMode::Plain);
+            assert_eq!(decode_mode(&greedy, &forced, l, n), DecodeMode::GreedyMtp);
         }
     }
 }

@@ -95,7 +95,7 @@ fn sampled_mtp_emits_the_target_distribution() {
     for seed in 0..draws {
         let out = engine
             .generate(
-                &sampled_request(seed, 2),
+                &sampled_request(seed, 5),
                 &mut DiscardSink,
                 &CancelToken::new(),
             )

@@ -1,6 +1,6 @@
 //! A cache that keeps every position, preallocated and written in place.
 
-use super::{write_len, CacheKind, KvCache, KvView, SpeculationSupport};
+use super::{write_len, CacheKind, KvCache, KvPair, KvView, SpeculationSupport};
 use crate::{Backend, CoreError};
 
 /// Positions are allocated in blocks of this many (then capacity doubles).
@@ -15,7 +15,7 @@ const BLOCK: usize = 256;
 /// length back: entries past the length are never read and are overwritten by later writes.
 #[derive(Debug, Clone)]
 pub struct FullKvCache<B: Backend> {
-    buffers: Option<(B::Array, B::Array)>,
+    buffers: Option<KvPair<B>>,
     capacity: usize,
     len: usize,
     speculation_start: Option<usize>,

@@ -43,6 +43,9 @@ pub struct KvView<B: Backend> {
     pub start: usize,
 }
 
+/// A pair of key and value arrays.
+pub(crate) type KvPair<B> = (<B as Backend>::Array, <B as Backend>::Array);
+
 /// What kind of cache a layer has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheKind {

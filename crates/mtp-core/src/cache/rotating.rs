@@ -1,15 +1,15 @@
 //! A sliding-window cache: a ring of the last `window` positions.
 
-use super::{write_len, CacheKind, KvCache, KvView, SpeculationSupport};
+use super::{write_len, CacheKind, KvCache, KvPair, KvView, SpeculationSupport};
 use crate::{Backend, CoreError};
 
 /// State saved when a speculation transaction opens.
 #[derive(Debug, Clone)]
 struct Snapshot<B: Backend> {
     len: usize,
-    buffers: Option<(B::Array, B::Array)>,
+    buffers: Option<KvPair<B>>,
     /// Every `(keys, values)` write made inside the transaction, in order.
-    writes: Vec<(B::Array, B::Array)>,
+    writes: Vec<KvPair<B>>,
 }
 
 /// The keys and values of the last `window` positions (sliding-window attention layers).
@@ -32,7 +32,7 @@ struct Snapshot<B: Backend> {
 #[derive(Debug, Clone)]
 pub struct RotatingKvCache<B: Backend> {
     window: usize,
-    buffers: Option<(B::Array, B::Array)>,
+    buffers: Option<KvPair<B>>,
     len: usize,
     snapshot: Option<Snapshot<B>>,
 }
@@ -60,7 +60,7 @@ impl<B: Backend> RotatingKvCache<B> {
     }
 
     /// The stored positions `[from, self.len)` in chronological order (`from >= len - window`).
-    fn linear(&self, backend: &B, from: usize) -> Result<Option<(B::Array, B::Array)>, B::Error> {
+    fn linear(&self, backend: &B, from: usize) -> Result<Option<KvPair<B>>, B::Error> {
         let Some((k, v)) = &self.buffers else {
             return Ok(None);
         };

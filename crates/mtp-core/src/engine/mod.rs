@@ -169,16 +169,15 @@ impl<'m, B: Backend> Engine<'m, B> {
     /// How a request will be decoded.
     pub fn decode_mode(&self, request: &GenerateRequest) -> Result<DecodeMode, CoreError> {
         let options = self.mtp_options(request)?;
+        Ok(self.mode_for(request, &options))
+    }
+
+    fn mode_for(&self, request: &GenerateRequest, options: &MtpOptions) -> DecodeMode {
         let presence = match self.drafter {
             Some(_) => DrafterPresence::Loaded,
             None => DrafterPresence::Absent,
         };
-        Ok(decode_mode(
-            &request.sampling,
-            &options,
-            presence,
-            request.logprobs,
-        ))
+        decode_mode(&request.sampling, options, presence, request.logprobs)
     }
 
     /// Generate with fresh caches.

@@ -52,7 +52,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         Self {
             session,
             drafter,
-            options: options.clone(),
+            options: *options,
             rules,
             mode,
             schedule,

@@ -1,1 +1,23 @@
-//! (being written)
+//! Host-side sampling over `&[f32]` logit rows.
+//!
+//! The pipeline follows ollama's MLX sampler after its rework (`sample.go` @ `4860130f8`):
+//!
+//! 1. penalties on the raw logits over the penalty context (repeat, presence, frequency);
+//! 2. temperature 0 → a point mass at the argmax of the penalised logits;
+//! 3. otherwise top-k, softmax of logits / T (in `f64`), top-p (exclusive cumulative rule),
+//!    min-p, renormalise.
+//!
+//! [`Sampler`] owns the penalty history and the seeded random stream; its speculative calls
+//! ([`Sampler::distribution`], [`Sampler::verification_distributions`]) never mutate state, and
+//! [`Sampler::commit`] appends what was accepted. Draft and target distributions go through the
+//! same pipeline, which is what lets the acceptance rule in [`crate::acceptance`] preserve the
+//! target distribution exactly.
+
+mod distribution;
+mod options;
+mod pipeline;
+mod sampler;
+
+pub use distribution::Distribution;
+pub use options::SamplerOptions;
+pub use sampler::Sampler;

@@ -2,8 +2,8 @@
 //!
 //! * [`TinyTarget`] — a real (tiny) decoder-only transformer written against [`Backend`]:
 //!   embeddings, RMS norms, grouped-query attention with q/k norms, rotary embeddings (full and
-//!   partial), sliding-window and full layers with their caches, a GeGLU MLP, a tied LM head
-//!   with optional logit soft-capping. Random weights from a seed.
+//!   partial), sliding-window and full layers with their caches, a GeGLU MLP, an LM head with
+//!   optional logit soft-capping. Random weights from a seed.
 //! * [`TinyDrafter`] — an MTP head of the Gemma-assistant shape: pre-projection of
 //!   `embed ++ hidden`, queries-only attention over a target layer's cache (read-only), a norm,
 //!   its own LM head and a post-projection that conditions the next step.

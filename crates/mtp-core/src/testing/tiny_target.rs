@@ -103,6 +103,7 @@ pub struct TinyTarget<B: Backend> {
     embed: B::Array,
     layers: Vec<Layer<B>>,
     final_norm: B::Array,
+    lm_head: B::Array,
 }
 
 const EPS: f32 = 1e-6;
@@ -155,11 +156,14 @@ impl<B: Backend> TinyTarget<B> {
             });
         }
         let final_norm = rng.norm(backend, c.hidden)?;
+        // An untied head: with tied embeddings a random model tends to repeat its last token.
+        let lm_head = rng.matrix(backend, c.vocab, c.hidden, 2.0 * g)?;
         Ok(Self {
             config,
             embed,
             layers,
             final_norm,
+            lm_head,
         })
     }
 
@@ -173,20 +177,6 @@ impl<B: Backend> TinyTarget<B> {
         let t = backend.shape(x)[1];
         let x = backend.reshape(x, &[1, t, heads, self.config.head_dim])?;
         backend.transpose(&x, 1, 2)
-    }
-
-    /// Queries of `x` (`[1, t, hidden]`) for `layer` at positions `start..`, normed and rotated.
-    pub(crate) fn queries(
-        &self,
-        backend: &B,
-        layer: usize,
-        x: &B::Array,
-        start: usize,
-    ) -> Result<B::Array, B::Error> {
-        let l = self.layer(layer)?;
-        let q = self.split_heads(backend, &backend.linear(x, &l.q_proj)?, self.config.heads)?;
-        let q = backend.rms_norm(&q, Some(&l.q_norm), EPS)?;
-        backend.rope(&q, start, &l.inv_freq)
     }
 
     fn layer(&self, index: usize) -> Result<&Layer<B>, CoreError> {
@@ -288,7 +278,7 @@ impl<B: Backend> TargetModel<B> for TinyTarget<B> {
     }
 
     fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
-        let logits = backend.linear(hidden, &self.embed)?;
+        let logits = backend.linear(hidden, &self.lm_head)?;
         match self.config.softcap {
             Some(cap) => {
                 let t = backend.unary(

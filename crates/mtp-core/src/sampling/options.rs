@@ -1,0 +1,277 @@
+//! Sampler options and their validation.
+
+use crate::CoreError;
+
+/// Sampling options, as in ollama's `sample.Options`.
+///
+/// The [`Default`] is greedy and neutral: temperature 0, no top-k / top-p / min-p, no
+/// penalties (with a 64-token penalty window), and no seed.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct SamplerOptions {
+    /// Softmax temperature; 0 means greedy (argmax of the penalised logits).
+    pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens; 0 (or ≥ the vocabulary) is off.
+    pub top_k: usize,
+    /// Nucleus sampling threshold; any value ≤ 0 or ≥ 1 is off.
+    pub top_p: f32,
+    /// Drop tokens whose probability is below `min_p` × the largest probability; 0 is off.
+    pub min_p: f32,
+    /// Repeat penalty over the penalty window; 1 is off.
+    pub repeat_penalty: f32,
+    /// Subtracted once from the logit of every distinct token in the penalty window.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per occurrence in the penalty window.
+    pub frequency_penalty: f32,
+    /// Size of the penalty window in tokens; 0 disables all penalties.
+    pub repeat_last_n: usize,
+    /// Seed of the random stream; `None` seeds from OS entropy.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplerOptions {
+    fn default() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repeat_last_n: 64,
+            seed: None,
+        }
+    }
+}
+
+impl SamplerOptions {
+    /// Checks the options: every value finite, temperature ≥ 0, min-p in [0, 1], repeat penalty
+    /// > 0. Any finite top-p is accepted (≤ 0 or ≥ 1 means off).
+    pub fn validate(&self) -> Result<(), CoreError> {
+        let check = |name: &'static str, v: f32, ok: bool, reason: &'static str| {
+            if !v.is_finite() {
+                Err(CoreError::InvalidOption {
+                    name,
+                    value: v.to_string(),
+                    reason: "not finite",
+                })
+            } else if !ok {
+                Err(CoreError::InvalidOption {
+                    name,
+                    value: v.to_string(),
+                    reason,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        check(
+            "temperature",
+            self.temperature,
+            self.temperature >= 0.0,
+            "must be >= 0",
+        )?;
+        check("top_p", self.top_p, true, "")?;
+        check(
+            "min_p",
+            self.min_p,
+            (0.0..=1.0).contains(&self.min_p),
+            "must be between 0 and 1",
+        )?;
+        check(
+            "repeat_penalty",
+            self.repeat_penalty,
+            self.repeat_penalty > 0.0,
+            "must be > 0",
+        )?;
+        check("presence_penalty", self.presence_penalty, true, "")?;
+        check("frequency_penalty", self.frequency_penalty, true, "")?;
+        Ok(())
+    }
+
+    /// Whether the options do no logit processing beyond temperature: no top-k, top-p, min-p
+    /// or penalties (the seed's `useGreedyMTP` condition). A zero penalty window also counts as
+    /// "no penalties", since the penalties then have nothing to act on.
+    pub fn is_neutral(&self) -> bool {
+        let penalties_off = self.repeat_last_n == 0
+            || ((self.repeat_penalty <= 0.0 || self.repeat_penalty == 1.0)
+                && self.presence_penalty == 0.0
+                && self.frequency_penalty == 0.0);
+        let top_p_off = self.top_p <= 0.0 || self.top_p >= 1.0;
+        penalties_off && top_p_off && self.top_k == 0 && self.min_p == 0.0
+    }
+
+    /// Whether sampling is greedy (temperature 0).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+
+    /// Whether the penalty stage does anything.
+    pub(crate) fn has_penalties(&self) -> bool {
+        self.repeat_last_n > 0
+            && (self.repeat_penalty != 1.0
+                || self.presence_penalty != 0.0
+                || self.frequency_penalty != 0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_greedy_and_neutral() {
+        let o = SamplerOptions::default();
+        assert!(o.is_greedy());
+        assert!(o.is_neutral());
+        assert!(o.validate().is_ok());
+        assert_eq!(o.repeat_last_n, 64);
+        assert_eq!(o.seed, None);
+    }
+
+    #[test]
+    fn neutrality() {
+        let base = SamplerOptions::default();
+        let cases = [
+            SamplerOptions {
+                top_k: 40,
+                ..base.clone()
+            },
+            SamplerOptions {
+                top_p: 0.9,
+                ..base.clone()
+            },
+            SamplerOptions {
+                min_p: 0.05,
+                ..base.clone()
+            },
+            SamplerOptions {
+                repeat_penalty: 1.1,
+                ..base.clone()
+            },
+            SamplerOptions {
+                presence_penalty: 0.5,
+                ..base.clone()
+            },
+            SamplerOptions {
+                frequency_penalty: 0.5,
+                ..base.clone()
+            },
+        ];
+        for c in &cases {
+            assert!(!c.is_neutral(), "{c:?}");
+        }
+        assert!(SamplerOptions {
+            top_p: 0.0,
+            ..base.clone()
+        }
+        .is_neutral());
+        assert!(SamplerOptions {
+            top_p: 1.5,
+            ..base.clone()
+        }
+        .is_neutral());
+        assert!(SamplerOptions {
+            repeat_penalty: 1.3,
+            repeat_last_n: 0,
+            ..base.clone()
+        }
+        .is_neutral());
+        assert!(SamplerOptions {
+            temperature: 0.8,
+            ..base
+        }
+        .is_neutral());
+    }
+
+    #[test]
+    fn validation_errors() {
+        let base = SamplerOptions::default();
+        let bad = [
+            (
+                SamplerOptions {
+                    temperature: -0.1,
+                    ..base.clone()
+                },
+                "temperature",
+            ),
+            (
+                SamplerOptions {
+                    temperature: f32::NAN,
+                    ..base.clone()
+                },
+                "temperature",
+            ),
+            (
+                SamplerOptions {
+                    temperature: f32::INFINITY,
+                    ..base.clone()
+                },
+                "temperature",
+            ),
+            (
+                SamplerOptions {
+                    top_p: f32::NAN,
+                    ..base.clone()
+                },
+                "top_p",
+            ),
+            (
+                SamplerOptions {
+                    min_p: 1.5,
+                    ..base.clone()
+                },
+                "min_p",
+            ),
+            (
+                SamplerOptions {
+                    min_p: -0.5,
+                    ..base.clone()
+                },
+                "min_p",
+            ),
+            (
+                SamplerOptions {
+                    repeat_penalty: 0.0,
+                    ..base.clone()
+                },
+                "repeat_penalty",
+            ),
+            (
+                SamplerOptions {
+                    repeat_penalty: -1.0,
+                    ..base.clone()
+                },
+                "repeat_penalty",
+            ),
+            (
+                SamplerOptions {
+                    presence_penalty: f32::NAN,
+                    ..base.clone()
+                },
+                "presence_penalty",
+            ),
+            (
+                SamplerOptions {
+                    frequency_penalty: f32::INFINITY,
+                    ..base.clone()
+                },
+                "frequency_penalty",
+            ),
+        ];
+        for (o, name) in bad {
+            match o.validate() {
+                Err(CoreError::InvalidOption { name: n, .. }) => assert_eq!(n, name),
+                other => panic!("{o:?}: {other:?}"),
+            }
+        }
+        assert!(SamplerOptions {
+            top_p: -3.0,
+            ..base.clone()
+        }
+        .validate()
+        .is_ok());
+        assert!(SamplerOptions { top_p: 7.0, ..base }.validate().is_ok());
+    }
+}
