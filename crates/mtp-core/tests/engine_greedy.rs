@@ -273,3 +273,47 @@ fn bad_requests_are_errors() {
     assert_eq!(out.tokens.len(), 6);
     assert_eq!(out.done_reason, DoneReason::Length);
 }
+
+#[test]
+fn the_response_serialises_with_every_statistic() {
+    let t = target(TinyConfig::default());
+    let req = request(12);
+    let drafter = scripted(&t, &req, 0.5);
+    let (out, _) = speculative(&t, &drafter, &req);
+    let json = serde_json::to_value(&out).expect("serialises");
+    for key in [
+        "tokens",
+        "done_reason",
+        "mode",
+        "prompt_eval_count",
+        "prompt_eval_duration",
+    ] {
+        assert!(json.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(json["done_reason"], "length");
+    assert_eq!(json["mode"], "greedy-mtp");
+    let mtp = &json["mtp"];
+    for key in [
+        "schedule",
+        "drafted",
+        "accepted",
+        "acceptance",
+        "iterations",
+        "mean_draft",
+        "mean_accepted",
+        "per_position",
+        "per_position_acceptance",
+        "batched_rounds",
+        "serial_rounds",
+        "mismatches",
+        "all_accepted",
+        "max_draft",
+        "compared",
+        "batch_serial_mismatches",
+        "target_secs",
+        "draft_secs",
+        "validate_secs",
+    ] {
+        assert!(mtp.get(key).is_some(), "missing mtp.{key}");
+    }
+}

@@ -33,7 +33,10 @@ pub struct PositionCounts {
 }
 
 /// Speculative-decoding statistics of one generation.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+///
+/// Serialises with the derived figures too (`acceptance`, `mean_draft`, `mean_accepted`,
+/// `per_position_acceptance`) and durations in seconds.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct MtpStats {
     /// The draft schedule used.
     pub schedule: ScheduleKind,
@@ -60,14 +63,38 @@ pub struct MtpStats {
     /// Per draft position (0 = first draft) counts.
     pub per_position: Vec<PositionCounts>,
     /// Time in target forwards.
-    #[serde(serialize_with = "secs")]
     pub target_duration: Duration,
     /// Time drafting.
-    #[serde(serialize_with = "secs")]
     pub draft_duration: Duration,
     /// Time validating (acceptance, host reads, cache commits).
-    #[serde(serialize_with = "secs")]
     pub validate_duration: Duration,
+}
+
+impl Serialize for MtpStats {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("MtpStats", 20)?;
+        st.serialize_field("schedule", &self.schedule)?;
+        st.serialize_field("drafted", &self.drafted)?;
+        st.serialize_field("accepted", &self.accepted)?;
+        st.serialize_field("acceptance", &self.acceptance())?;
+        st.serialize_field("iterations", &self.iterations)?;
+        st.serialize_field("mean_draft", &self.mean_draft())?;
+        st.serialize_field("mean_accepted", &self.mean_accepted())?;
+        st.serialize_field("per_position", &self.per_position)?;
+        st.serialize_field("per_position_acceptance", &self.per_position_acceptance())?;
+        st.serialize_field("batched_rounds", &self.batched_rounds)?;
+        st.serialize_field("serial_rounds", &self.serial_rounds)?;
+        st.serialize_field("mismatches", &self.mismatches)?;
+        st.serialize_field("all_accepted", &self.all_accepted)?;
+        st.serialize_field("max_draft", &self.max_draft)?;
+        st.serialize_field("compared", &self.compared)?;
+        st.serialize_field("batch_serial_mismatches", &self.batch_serial_mismatches)?;
+        st.serialize_field("target_secs", &self.target_duration.as_secs_f64())?;
+        st.serialize_field("draft_secs", &self.draft_duration.as_secs_f64())?;
+        st.serialize_field("validate_secs", &self.validate_duration.as_secs_f64())?;
+        st.end()
+    }
 }
 
 impl MtpStats {
