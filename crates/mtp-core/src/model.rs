@@ -62,18 +62,20 @@ pub struct DraftStep<B: Backend> {
 
 /// An MTP drafter ("assistant" head) that proposes one token per step.
 ///
-/// The engine feeds it "single-position" chains: the input of step `j` is
-/// `concat(token_embeddings(x_j), h_j)` along the last axis, where `x_0` is the token about to be
-/// verified, `h_0` the target's draft hidden at the position before it, and later steps use the
-/// previous step's proposal and projected hidden. Every step of a chain uses the same `anchor`,
-/// the last position already in the target caches, which the drafter reads and must not modify.
+/// The engine feeds it "single-position" chains, as HF transformers' Gemma 4 assisted
+/// generation does: the input of step `j` is `concat(token_embeddings(x_j), h_j)` along the last
+/// axis, where `x_0` is `current` — the newest token, at position `position`, not yet in the
+/// target caches — and `h_0` is the target's draft hidden at `position - 1`; later steps use the
+/// previous step's proposal and projected hidden. Every step of a chain uses the same
+/// `position` (the drafter's rotary position), and the target caches (holding positions
+/// `< position`) are read-only to the drafter.
 pub trait MtpDrafter<B: Backend> {
-    /// One draft step from `input` (`[1, 1, 2 * hidden]`) at `anchor`.
+    /// One draft step from `input` (`[1, 1, 2 * hidden]`) at `position`.
     fn draft_step(
         &self,
         backend: &B,
         input: &B::Array,
-        anchor: usize,
+        position: usize,
         target_caches: &CacheSet<B>,
     ) -> Result<DraftStep<B>, B::Error>;
 }

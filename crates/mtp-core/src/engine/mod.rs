@@ -6,7 +6,7 @@
 //! caches), and the target's draft hidden at the position before it. Each speculative round:
 //!
 //! 1. **draft** — the drafter chains `depth` single-position steps from
-//!    `(embed(current), hidden)` at the anchor `position - 1` (see [`MtpDrafter`]);
+//!    `(embed(current), hidden)`, every step at `current`'s position (see [`MtpDrafter`]);
 //! 2. **verify** — one fused target forward over `[current, d1 .. dk]` inside a cache speculation
 //!    transaction; row `i` of its logits judges draft `i + 1`, row `k` gives the bonus token;
 //! 3. **accept** — the [`acceptance`](crate::acceptance) rules pick the accepted prefix and the

@@ -128,7 +128,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
     fn propose(&mut self, depth: usize) -> Result<Proposal<B>, B::Error> {
         let s = &mut *self.session;
         let backend = s.backend;
-        let anchor = s.position - 1;
+        let position = s.position;
         let mut hidden = match &s.hidden {
             Some(h) => h.clone(),
             None => {
@@ -142,7 +142,9 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         for _ in 0..depth {
             let embedding = s.target.token_embeddings(backend, &token)?;
             let input = backend.concat(&[&embedding, &hidden], 2)?;
-            let step = self.drafter.draft_step(backend, &input, anchor, s.caches)?;
+            let step = self
+                .drafter
+                .draft_step(backend, &input, position, s.caches)?;
             hidden = step.projected;
             token = match self.mode {
                 DecodeMode::SampledMtp => {

@@ -98,7 +98,7 @@ impl<B: Backend> MtpDrafter<B> for TinyDrafter<B> {
         &self,
         backend: &B,
         input: &B::Array,
-        anchor: usize,
+        position: usize,
         target_caches: &CacheSet<B>,
     ) -> Result<DraftStep<B>, B::Error> {
         let c = &self.config;
@@ -111,12 +111,12 @@ impl<B: Backend> MtpDrafter<B> for TinyDrafter<B> {
         let q = backend.transpose(&q, 1, 2)?;
         let q = backend.rope(
             &backend.rms_norm(&q, Some(&self.q_norm), 1e-6)?,
-            anchor,
+            position,
             &self.inv_freq,
         )?;
         let z = match target_caches.layer(c.source_layer)?.view(backend)? {
             Some(view) => {
-                let mask = AttentionMask::causal(anchor, view.start).with_window(self.window);
+                let mask = AttentionMask::causal(position, view.start).with_window(self.window);
                 let scale = 1.0 / (self.head_dim as f32).sqrt();
                 let a = backend.attention(&q, &view.keys, &view.values, &mask, scale)?;
                 let a = backend.reshape(
@@ -142,10 +142,10 @@ const MARKER: f32 = 1.0e6;
 /// A drafter that proposes a known continuation (see the [module docs](super)).
 ///
 /// `sequence` is the full token sequence (prompt then expected continuation) indexed by
-/// position. Step `j` of a chain anchored at `a` predicts position `a + 2 + j`. With
+/// position. Step `j` of a chain at position `p` predicts position `p + 1 + j`. With
 /// `right_steps: Some(n)` the first `n` steps of every chain are right and later ones wrong;
 /// otherwise a step is right with probability `accuracy`, decided by a hash of
-/// `(seed, position, anchor)`. A wrong guess is another token. Logits put `confidence` on the
+/// `(seed, predicted position, chain position)`. A wrong guess is another token. Logits put `confidence` on the
 /// guess and 0 elsewhere.
 #[derive(Debug, Clone)]
 pub struct ScriptedDrafter {
@@ -173,15 +173,15 @@ fn splitmix(mut x: u64) -> u64 {
 }
 
 impl ScriptedDrafter {
-    /// The guess for `position` when the chain is anchored at `anchor`.
-    pub fn guess(&self, position: usize, anchor: usize) -> u32 {
+    /// The guess for `position` by a chain at position `chain`.
+    pub fn guess(&self, position: usize, chain: usize) -> u32 {
         let truth = self.sequence.get(position).copied().unwrap_or(0);
         let h = splitmix(
-            self.seed ^ splitmix(position as u64) ^ splitmix(anchor as u64).rotate_left(17),
+            self.seed ^ splitmix(position as u64) ^ splitmix(chain as u64).rotate_left(17),
         );
         let u = (h >> 11) as f64 / (1u64 << 53) as f64;
         let right = match self.right_steps {
-            Some(n) => position < anchor + 2 + n,
+            Some(n) => position < chain + 1 + n,
             None => u < self.accuracy,
         };
         if right || self.vocab < 2 {
@@ -197,7 +197,7 @@ impl<B: Backend> MtpDrafter<B> for ScriptedDrafter {
         &self,
         backend: &B,
         input: &B::Array,
-        anchor: usize,
+        position: usize,
         _target_caches: &CacheSet<B>,
     ) -> Result<DraftStep<B>, B::Error> {
         let values = backend.to_vec_f32(input)?;
@@ -205,7 +205,7 @@ impl<B: Backend> MtpDrafter<B> for ScriptedDrafter {
             Some(&v) if v >= MARKER => (v - MARKER) as usize,
             _ => 0,
         };
-        let guess = self.guess(anchor + 2 + step, anchor);
+        let guess = self.guess(position + 1 + step, position);
         let mut logits = vec![0.0f32; self.vocab];
         if let Some(slot) = logits.get_mut(guess as usize) {
             *slot = self.confidence;
