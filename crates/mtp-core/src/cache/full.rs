@@ -1,6 +1,6 @@
 //! A cache that keeps every position, preallocated and written in place.
 
-use super::{write_len, CacheKind, KvCache, KvPair, KvView, SpeculationSupport};
+use super::{copy_buffers, write_len, CacheKind, KvCache, KvPair, KvView, SpeculationSupport};
 use crate::{Backend, CoreError};
 
 /// Positions are allocated in blocks of this many (then capacity doubles).
@@ -152,10 +152,7 @@ impl<B: Backend> KvCache<B> for FullKvCache<B> {
         if self.is_speculating() {
             return Err(CoreError::Cache("full cache: fork while speculating".into()).into());
         }
-        let buffers = match &self.buffers {
-            Some((k, v)) => Some((backend.deep_copy(k)?, backend.deep_copy(v)?)),
-            None => None,
-        };
+        let buffers = copy_buffers(backend, &self.buffers)?;
         Ok(Box::new(Self {
             buffers,
             capacity: self.capacity,

@@ -111,6 +111,17 @@ pub trait KvCache<B: Backend>: std::fmt::Debug {
     fn fork(&self, backend: &B) -> Result<Box<dyn KvCache<B>>, B::Error>;
 }
 
+/// Deep copies of stored key/value buffers (for forks and snapshots).
+pub(crate) fn copy_buffers<B: Backend>(
+    backend: &B,
+    buffers: &Option<KvPair<B>>,
+) -> Result<Option<KvPair<B>>, B::Error> {
+    match buffers {
+        Some((k, v)) => Ok(Some((backend.deep_copy(k)?, backend.deep_copy(v)?))),
+        None => Ok(None),
+    }
+}
+
 /// Check the `[1, heads, t, dim]` layout of a write and return `t`.
 pub(crate) fn write_len<B: Backend>(
     backend: &B,

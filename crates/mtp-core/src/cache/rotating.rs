@@ -1,6 +1,6 @@
 //! A sliding-window cache: a ring of the last `window` positions.
 
-use super::{write_len, CacheKind, KvCache, KvPair, KvView, SpeculationSupport};
+use super::{copy_buffers, write_len, CacheKind, KvCache, KvPair, KvView, SpeculationSupport};
 use crate::{Backend, CoreError};
 
 /// State saved when a speculation transaction opens.
@@ -184,10 +184,7 @@ impl<B: Backend> KvCache<B> for RotatingKvCache<B> {
         if self.snapshot.is_some() {
             return Err(CoreError::Cache("rotating cache: speculation already open".into()).into());
         }
-        let buffers = match &self.buffers {
-            Some((k, v)) => Some((backend.deep_copy(k)?, backend.deep_copy(v)?)),
-            None => None,
-        };
+        let buffers = copy_buffers(backend, &self.buffers)?;
         self.snapshot = Some(Snapshot {
             len: self.len,
             buffers,
@@ -229,10 +226,7 @@ impl<B: Backend> KvCache<B> for RotatingKvCache<B> {
         if self.is_speculating() {
             return Err(CoreError::Cache("rotating cache: fork while speculating".into()).into());
         }
-        let buffers = match &self.buffers {
-            Some((k, v)) => Some((backend.deep_copy(k)?, backend.deep_copy(v)?)),
-            None => None,
-        };
+        let buffers = copy_buffers(backend, &self.buffers)?;
         Ok(Box::new(Self {
             window: self.window,
             buffers,
