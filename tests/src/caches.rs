@@ -15,6 +15,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{backend_err, reference_err, SuiteError};
+use crate::inputs::host_swap_axes;
 
 const HEADS: usize = 2;
 const DIM: usize = 3;
@@ -50,10 +51,13 @@ fn entries<X: Backend>(
             v.extend((0..VALUE_DIM).map(|d| -tag(p, h, d + 7, salt)));
         }
     }
-    Ok((
-        b.from_f32(&k, &[1, HEADS, t, DIM], dtype)?,
-        b.from_f32(&v, &[1, HEADS, t, VALUE_DIM], dtype)?,
-    ))
+    // Made as a model makes them: `[1, t, heads, dim]` transposed to a non-contiguous
+    // `[1, heads, t, dim]` view.
+    let make = |data: &[f32], dim: usize| -> Result<X::Array, X::Error> {
+        let stored = host_swap_axes(data, &[1, HEADS, t, dim], 1, 2);
+        b.transpose(&b.from_f32(&stored, &[1, t, HEADS, dim], dtype)?, 1, 2)
+    };
+    Ok((make(&k, DIM)?, make(&v, VALUE_DIM)?))
 }
 
 /// A view read back to the host: start, key shape, keys, values.
@@ -125,7 +129,7 @@ fn committed(steps: &[Step]) -> Vec<u32> {
                     .iter()
                     .flat_map(|&(t, salt)| std::iter::repeat_n(salt, t))
                     .collect();
-                out.extend_from_slice(&pending[..*keep]);
+                out.extend(pending.iter().take(*keep));
             }
         }
     }
@@ -227,7 +231,7 @@ fn compare_traces(
                     check: check.to_string(),
                     detail: format!(
                         "after step {i} of {:?}: {part} differs ({} vs {})",
-                        &steps[..=i],
+                        steps.iter().take(i + 1).collect::<Vec<_>>(),
                         brief(gv),
                         brief(ev)
                     ),

@@ -205,14 +205,25 @@ fn ravel(idx: &[usize], shape: &[usize]) -> usize {
 
 /// The shape with axes `a` and `b` swapped, and for each of its elements (row-major) the flat
 /// index of the source element in `shape`.
+///
+/// Axes out of range leave the shape as it is (an identity map).
 pub fn swap_axes_map(shape: &[usize], a: usize, b: usize) -> (Vec<usize>, Vec<Option<usize>>) {
+    let (a, b) = if a.max(b) < shape.len() {
+        (a, b)
+    } else {
+        (0, 0)
+    };
     let mut swapped = shape.to_vec();
-    swapped.swap(a, b);
+    if !shape.is_empty() {
+        swapped.swap(a, b);
+    }
     let numel: usize = swapped.iter().product();
     let map = (0..numel)
         .map(|i| {
             let mut idx = unravel(i, &swapped);
-            idx.swap(a, b);
+            if !idx.is_empty() {
+                idx.swap(a, b);
+            }
             Some(ravel(&idx, shape))
         })
         .collect();

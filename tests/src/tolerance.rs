@@ -170,6 +170,9 @@ impl Tolerance {
 
 impl std::fmt::Display for Tolerance {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.rel == 0.0 {
+            return f.write_str("exact");
+        }
         write!(
             f,
             "|got - expected| <= {:e} * max(|expected|, {:e})",

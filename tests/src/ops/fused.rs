@@ -161,8 +161,9 @@ fn attention_cases() -> Vec<AttentionCase> {
     cases
 }
 
-/// `attention` over every configuration of [`attention_cases`], in every float dtype, with the
-/// usual `1/sqrt(d)` scale and another.
+/// `attention` over every configuration (prefill, decode, verification, sliding windows 1/2/3,
+/// bidirectional, GQA 4/2 and 8/1, `dv != d`, queries with no visible key), in every float
+/// dtype, with the usual `1/sqrt(d)` scale and another.
 pub fn attention<B: Backend>(backend: &B) -> Result<(), SuiteError> {
     let mut h = Harness::new(backend, "attention");
     for dtype in FLOATS {
