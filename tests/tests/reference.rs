@@ -1,14 +1,12 @@
-//! The cross-backend suite on the host reference backend.
+//! The conformance suite on the host reference backend: the sanity check of the suite itself
+//! (the backend is compared with itself, so every case must pass, and exactly).
 
-use mtp_core::reference::ReferenceBackend;
-use mtp_tests::{greedy_mtp_matches_plain, logits_match_reference};
+mtp_tests::conformance_suite!(mtp_core::reference::ReferenceBackend::new());
 
+/// On the reference backend the tiny target's logits are bit-identical across two builds.
 #[test]
-fn reference_greedy_mtp_matches_plain() {
-    greedy_mtp_matches_plain(&ReferenceBackend::default()).unwrap();
-}
-
-#[test]
-fn reference_logits_are_deterministic_across_builds() {
-    logits_match_reference(&ReferenceBackend::default(), 0.0).unwrap();
+fn reference_logits_are_exact() {
+    let backend = mtp_core::reference::ReferenceBackend::new();
+    mtp_tests::engine::logits_match_reference_within(&backend, mtp_tests::Tolerance::EXACT)
+        .unwrap();
 }
