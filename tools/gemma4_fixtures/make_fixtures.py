@@ -112,6 +112,50 @@ CASES: dict[str, dict] = {
         ),
         "assistant": dict(use_ordered_embeddings=False),
     },
+    "copy_drafter": {
+        "seed": 4004,
+        "features": [
+            "sliding_window_shorter_than_prompt",
+            "proportional_partial_rope_on_full_layers",
+            "final_logit_softcapping",
+            "assistant_plain_lm_head",
+            "assistant_constructed_copy_drafter",
+            "assisted_rounds_with_accepted_drafts",
+        ],
+        "notes": "Same kind of target as swa_basic (proportional RoPE on the full layer), but the assistant is "
+        "*constructed* to draft 'repeat the token I was fed' (its embedding/lm_head is a copy of the "
+        "target's embedding and the token half of pre_projection is 100 * I), so drafts are accepted "
+        "whenever the target repeats a token. This exercises rounds with accepted drafts (hidden "
+        "taken at n_last_matches, KV cropped to the accepted length). Random assistants accept ~nothing.",
+        "prompt_len": 20,
+        "max_new_tokens": 48,
+        "draft_steps": 4,
+        "copy_drafter_scale": 100.0,
+        "target": dict(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=3,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            global_head_dim=16,
+            sliding_window=8,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            rope_parameters=PROPORTIONAL_ROPE,
+            hidden_size_per_layer_input=0,
+            vocab_size_per_layer_input=0,
+            final_logit_softcapping=30.0,
+        ),
+        "assistant_text": dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+        "assistant": dict(use_ordered_embeddings=False),
+    },
     "e2b_like": {
         "seed": 2002,
         "features": [
@@ -283,6 +327,9 @@ def build_models(case: dict):
         perm = torch.randperm(vocab, generator=gen)
         assistant.masked_embedding.token_ordering.data.copy_(perm)
 
+    if "copy_drafter_scale" in case:
+        make_copy_drafter(target, assistant, case["copy_drafter_scale"])
+
     # Never stop early: greedy and assisted runs always produce exactly N new tokens.
     for m in (target, assistant):
         m.generation_config.eos_token_id = None
@@ -290,6 +337,18 @@ def build_models(case: dict):
     assistant.generation_config.num_assistant_tokens = case["draft_steps"]
     assistant.generation_config.num_assistant_tokens_schedule = "constant"
     return target, assistant
+
+
+def make_copy_drafter(target, assistant, scale: float) -> None:
+    """Turn the assistant into a 'copy the fed token' drafter: its tied embedding/lm_head becomes the
+    target's embedding table and the token half of pre_projection becomes scale * I, so the residual
+    stream is dominated by the fed token's embedding and argmax(logits) is (almost always) that token.
+    The hidden half of pre_projection keeps its default init (small but non-zero)."""
+    h = target.config.hidden_size
+    assert assistant.config.get_text_config().hidden_size == h
+    assistant.model.embed_tokens.weight.data.copy_(target.model.embed_tokens.weight.data)
+    assert assistant.lm_head.weight.data_ptr() == assistant.model.embed_tokens.weight.data_ptr()
+    assistant.pre_projection.weight.data[:, :h] = scale * torch.eye(h)
 
 
 def make_prompt(case: dict) -> torch.Tensor:
@@ -310,6 +369,7 @@ class AssistedRecorder:
         self.calls: list[dict] = []
         self.rounds_accepted: list[int] = []
         self.rounds_drafted: list[int] = []
+        self.rounds_drafts: list[list[int]] = []
 
     def __enter__(self):
         recorder = self
@@ -347,6 +407,7 @@ class AssistedRecorder:
         def get_candidates(gen_self, input_ids, *args, **kwargs):
             cand, logits = recorder._orig_get(gen_self, input_ids, *args, **kwargs)
             recorder.rounds_drafted.append(int(cand.shape[1] - input_ids.shape[1]))
+            recorder.rounds_drafts.append(cand[0, input_ids.shape[1]:].tolist())
             return cand, logits
 
         cls.update_candidate_strategy = update_candidate_strategy
@@ -479,6 +540,7 @@ def compute_case(name: str, case: dict, out_dir: Path) -> dict:
             assert torch.allclose(kk, ref_k, atol=1e-5, rtol=1e-5) and torch.allclose(vv, ref_v, atol=1e-5, rtol=1e-5)
     hf_draft_tokens = torch.stack([c["logits"].argmax(-1).view(()) for c in hf_calls])
     assert torch.equal(hf_draft_tokens, draft["draft_argmax"])
+    assert rec.rounds_drafts[1] == draft["draft_argmax"].tolist()
     first_round_kv_len = {k: int(v[0].shape[2]) for k, v in hf_calls[0]["shared_kv_states"].items()}
     first_round_mask_len = None if hf_calls[0]["attention_mask"] is None else int(hf_calls[0]["attention_mask"].shape[-1])
 
@@ -502,6 +564,9 @@ def compute_case(name: str, case: dict, out_dir: Path) -> dict:
         "assisted_ids": assisted.to(torch.int64).contiguous(),
         "assisted_drafted": torch.tensor(drafted, dtype=torch.int64),
         "assisted_accepted": torch.tensor(accepted, dtype=torch.int64),
+        "assisted_round_drafts": torch.tensor(
+            [d + [-1] * (S - len(d)) for d in rec.rounds_drafts], dtype=torch.int64
+        ),
         "num_assistant_tokens": torch.tensor(S, dtype=torch.int64),
     }
     for layer_type, (k, v) in sorted(draft["shared_kv"].items()):
