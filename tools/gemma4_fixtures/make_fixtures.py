@@ -468,6 +468,27 @@ def run_manual_draft(target, assistant, prompt, first_token, target_out, steps):
     }
 
 
+TRACE_COLUMNS = ["round", "step", "position_id", "kv_len_sliding", "kv_len_full", "fed_token", "argmax"]
+
+
+def trace_assistant_calls(target, rec: AssistedRecorder, h: int) -> torch.Tensor:
+    """One row per assistant forward during assisted generate(), columns TRACE_COLUMNS. `round` indexes
+    `assisted_accepted` / `assisted_drafted` (round 0 is the prefill round, which drafts nothing)."""
+    table = target.get_input_embeddings()(torch.arange(target.config.vocab_size))  # scaled embeddings
+    rows, i = [], 0
+    for rnd, n in enumerate(rec.rounds_drafted):
+        for step in range(n):
+            c = rec.calls[i]
+            i += 1
+            fed = torch.nonzero((table == c["inputs_embeds"][0, 0, :h]).all(dim=-1)).view(-1)
+            assert fed.numel() == 1
+            kv = {k: int(v[0].shape[2]) for k, v in c["shared_kv_states"].items()}
+            rows.append([rnd, step, int(c["position_ids"]), kv["sliding_attention"], kv["full_attention"],
+                         int(fed[0]), int(c["logits"].argmax(-1))])
+    assert i == len(rec.calls)
+    return torch.tensor(rows, dtype=torch.int64)
+
+
 def probe_attended(assistant, call: dict, shared_kv) -> dict:
     """Kv indices each assistant layer type may attend to (from the masks HF builds), per layer type."""
     masks = assistant.create_attention_masks(
@@ -526,6 +547,8 @@ def compute_case(name: str, case: dict, out_dir: Path) -> dict:
     assert len(drafted) == len(accepted)
     assert 1 + sum(a + 1 for a in accepted[1:]) == N or sum(a + 1 for a in accepted) == N
 
+    call_trace = trace_assistant_calls(target, rec, H)
+
     # 4. First drafting round, re-run by hand, compared with what generate() actually did.
     draft = run_manual_draft(target, assistant, prompt, greedy[0], tout, S)
     hf_calls = rec.calls[:S]
@@ -567,6 +590,7 @@ def compute_case(name: str, case: dict, out_dir: Path) -> dict:
         "assisted_round_drafts": torch.tensor(
             [d + [-1] * (S - len(d)) for d in rec.rounds_drafts], dtype=torch.int64
         ),
+        "assisted_call_trace": call_trace,
         "num_assistant_tokens": torch.tensor(S, dtype=torch.int64),
     }
     for layer_type, (k, v) in sorted(draft["shared_kv"].items()):
@@ -620,6 +644,7 @@ def compute_case(name: str, case: dict, out_dir: Path) -> dict:
         "draft_argmax": tensors["draft_argmax"].tolist(),
         "assisted_drafted_per_round": drafted,
         "assisted_accepted_per_round": accepted,
+        "assisted_call_trace_columns": TRACE_COLUMNS,
         "reference_tensors": {k: {"dtype": str(v.dtype).replace("torch.", ""), "shape": list(v.shape)}
                               for k, v in sorted(tensors.items())},
     }
