@@ -27,7 +27,11 @@ fn first_draft_round_matches_hf() {
         let (want_hidden, hshape) = reference.floats("draft_hidden");
         let (want_inputs, _) = reference.floats("draft_input_hidden");
         let (target, assistant) = load_pair(&b, &dir);
-        assert_eq!(position, prompt.len(), "{case}: the chain runs at current's position");
+        assert_eq!(
+            position,
+            prompt.len(),
+            "{case}: the chain runs at current's position"
+        );
 
         let mut caches = target.new_caches(&b).unwrap();
         let out = target
@@ -60,9 +64,18 @@ fn first_draft_round_matches_hf() {
             "{case}: draft logits max rel err {logit_err:.2e}, projected {hidden_err:.2e}, \
              chained input hidden {input_err:.2e}"
         );
-        assert!(logit_err < TOLERANCE, "{case}: draft logits rel err {logit_err}");
-        assert!(hidden_err < TOLERANCE, "{case}: projected rel err {hidden_err}");
-        assert!(input_err < TOLERANCE, "{case}: input hidden rel err {input_err}");
+        assert!(
+            logit_err < TOLERANCE,
+            "{case}: draft logits rel err {logit_err}"
+        );
+        assert!(
+            hidden_err < TOLERANCE,
+            "{case}: projected rel err {hidden_err}"
+        );
+        assert!(
+            input_err < TOLERANCE,
+            "{case}: input hidden rel err {input_err}"
+        );
     }
 }
 

@@ -23,13 +23,20 @@ fn prefill_logits_and_hidden_match_hf() {
         let out = target
             .forward(&b, &ids_array(&b, &prompt), 0, &mut caches)
             .unwrap();
-        let logits = b.to_vec_f32(&target.unembed(&b, &out.hidden).unwrap()).unwrap();
+        let logits = b
+            .to_vec_f32(&target.unembed(&b, &out.hidden).unwrap())
+            .unwrap();
         let hidden = b.to_vec_f32(&out.draft_hidden).unwrap();
         let logit_err = max_rel_err(&logits, &want_logits, shape[1]);
         let hidden_err = max_rel_err(&hidden, &want_hidden, hshape[1]);
-        eprintln!("{case}: target logits max rel err {logit_err:.2e}, last hidden {hidden_err:.2e}");
+        eprintln!(
+            "{case}: target logits max rel err {logit_err:.2e}, last hidden {hidden_err:.2e}"
+        );
         assert!(logit_err < TOLERANCE, "{case}: logits rel err {logit_err}");
-        assert!(hidden_err < TOLERANCE, "{case}: hidden rel err {hidden_err}");
+        assert!(
+            hidden_err < TOLERANCE,
+            "{case}: hidden rel err {hidden_err}"
+        );
     }
 }
 
@@ -50,12 +57,18 @@ fn token_by_token_decode_matches_prefill_logits() {
         let out = target
             .forward(&b, &ids_array(&b, &prompt[..split]), 0, &mut caches)
             .unwrap();
-        rows.extend(b.to_vec_f32(&target.unembed(&b, &out.hidden).unwrap()).unwrap());
+        rows.extend(
+            b.to_vec_f32(&target.unembed(&b, &out.hidden).unwrap())
+                .unwrap(),
+        );
         for (p, &id) in prompt.iter().enumerate().skip(split) {
             let out = target
                 .forward(&b, &ids_array(&b, &[id]), p, &mut caches)
                 .unwrap();
-            rows.extend(b.to_vec_f32(&target.unembed(&b, &out.hidden).unwrap()).unwrap());
+            rows.extend(
+                b.to_vec_f32(&target.unembed(&b, &out.hidden).unwrap())
+                    .unwrap(),
+            );
         }
         let err = max_rel_err(&rows, &want, shape[1]);
         eprintln!("{case}: incremental logits max rel err {err:.2e}");

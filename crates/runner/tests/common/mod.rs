@@ -62,13 +62,19 @@ impl Reference {
 
     /// Float tensor `name` and its shape.
     pub fn floats(&mut self, name: &str) -> (Vec<f32>, Vec<usize>) {
-        let shape = self.store.shape(name).unwrap_or_else(|| panic!("no {name}"));
+        let shape = self
+            .store
+            .shape(name)
+            .unwrap_or_else(|| panic!("no {name}"));
         (self.store.take_f32(name, &shape).expect(name), shape)
     }
 
     /// Integer tensor `name` as token ids.
     pub fn ids(&mut self, name: &str) -> Vec<u32> {
-        let shape = self.store.shape(name).unwrap_or_else(|| panic!("no {name}"));
+        let shape = self
+            .store
+            .shape(name)
+            .unwrap_or_else(|| panic!("no {name}"));
         self.store
             .take_ints(name, &shape)
             .expect(name)
@@ -94,10 +100,7 @@ pub fn max_rel_err(ours: &[f32], theirs: &[f32], row: usize) -> f32 {
         .zip(theirs.chunks(row))
         .map(|(a, b)| {
             let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-12);
-            let diff = a
-                .iter()
-                .zip(b)
-                .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+            let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
             diff / scale
         })
         .fold(0f32, f32::max)
