@@ -21,7 +21,7 @@
 mod arrays;
 mod config_file;
 mod error;
-mod tensors;
+pub mod tensors;
 
 use std::path::Path;
 

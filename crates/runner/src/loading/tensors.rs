@@ -29,7 +29,7 @@ struct MappedFile {
     tensors: BTreeMap<String, TensorInfo>,
 }
 
-/// The weight files of one model directory (see the [module docs](self)).
+/// The weight files of one model directory; see the [module docs](crate::loading::tensors).
 pub struct TensorStore {
     files: Vec<MappedFile>,
     /// Tensor name → index into `files`.

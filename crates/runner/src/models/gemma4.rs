@@ -54,7 +54,8 @@ struct PerLayerInputs<B: Backend> {
     input_scale: B::Array,
 }
 
-/// A loaded Gemma 4 text target (see the [module docs](self)).
+/// A loaded Gemma 4 text target; see the [module docs](crate::models::gemma4) for the forward
+/// and the cache layout.
 #[derive(Debug)]
 pub struct Gemma4Target<B: Backend> {
     resolved: ResolvedText,

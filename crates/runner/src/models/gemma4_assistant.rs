@@ -58,7 +58,8 @@ struct OrderedEmbedding<B: Backend> {
     top_k: usize,
 }
 
-/// A loaded Gemma 4 assistant bound to one target (see the [module docs](self)).
+/// A loaded Gemma 4 assistant bound to one target; see the
+/// [module docs](crate::models::gemma4_assistant) for a step and the keys it sees.
 #[derive(Debug)]
 pub struct Gemma4Assistant<B: Backend> {
     config: Gemma4AssistantConfig,

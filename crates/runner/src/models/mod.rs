@@ -2,8 +2,8 @@
 //! assistant. See `README.md` in this folder for where each config field is implemented.
 
 pub mod config;
-mod gemma4;
-mod gemma4_assistant;
+pub mod gemma4;
+pub mod gemma4_assistant;
 mod layers;
 
 pub use gemma4::Gemma4Target;
