@@ -1,0 +1,66 @@
+//! Turning stored tensors into backend arrays of the compute dtype.
+
+use mtp_core::{Backend, DType};
+
+use super::error::{LoadError, LoadResult};
+use super::tensors::TensorStore;
+
+/// Reads tensors from a [`TensorStore`] into arrays of one backend and compute dtype.
+#[derive(Debug)]
+pub struct ArrayLoader<'a, B: Backend> {
+    backend: &'a B,
+    store: &'a mut TensorStore,
+    dtype: DType,
+}
+
+impl<'a, B: Backend> ArrayLoader<'a, B> {
+    /// A loader creating arrays of `dtype` (a float dtype) on `backend`.
+    pub fn new(backend: &'a B, store: &'a mut TensorStore, dtype: DType) -> Self {
+        Self {
+            backend,
+            store,
+            dtype,
+        }
+    }
+
+    /// The backend arrays are created on.
+    pub fn backend(&self) -> &B {
+        self.backend
+    }
+
+    /// The compute dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The underlying store (to probe or skip tensors).
+    pub fn store(&mut self) -> &mut TensorStore {
+        self.store
+    }
+
+    /// Tensor `name` of shape `shape`, as an array of the compute dtype.
+    pub fn array(&mut self, name: &str, shape: &[usize]) -> LoadResult<B::Array> {
+        let data = self.store.take_f32(name, shape)?;
+        self.from_host(name, &data, shape)
+    }
+
+    /// Tensor `name` of shape `shape`, as host `f32` values.
+    pub fn host(&mut self, name: &str, shape: &[usize]) -> LoadResult<Vec<f32>> {
+        self.store.take_f32(name, shape)
+    }
+
+    /// An array of the compute dtype from host values.
+    pub fn from_host(&self, name: &str, data: &[f32], shape: &[usize]) -> LoadResult<B::Array> {
+        self.backend
+            .from_f32(data, shape, self.dtype)
+            .map_err(|e| LoadError::Backend {
+                name: name.to_string(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// A scalar (0-d) array of the compute dtype.
+    pub fn scalar(&self, name: &str, value: f32) -> LoadResult<B::Array> {
+        self.from_host(name, &[value], &[])
+    }
+}

@@ -1,0 +1,72 @@
+//! Reading and checking `config.json`.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+
+use super::error::{LoadError, LoadResult};
+use crate::models::config::{ConfigProblem, Gemma4AssistantConfig, Gemma4TextConfig, ResolvedText};
+
+/// The `model_type`s [`read_target_config`] accepts.
+pub const TARGET_MODEL_TYPES: [&str; 1] = ["gemma4_text"];
+/// The `model_type`s [`read_assistant_config`] accepts.
+pub const ASSISTANT_MODEL_TYPES: [&str; 1] = ["gemma4_assistant"];
+
+/// Parse `path` as JSON, check its `model_type`, then deserialize it as `T`.
+fn read_typed<T: DeserializeOwned>(path: &Path, accepted: &[&'static str]) -> LoadResult<T> {
+    let text = std::fs::read_to_string(path).map_err(|e| LoadError::MissingFile {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let bad = |reason: String| LoadError::BadJson {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let found = value
+        .get("model_type")
+        .and_then(|m| m.as_str())
+        .unwrap_or("")
+        .to_string();
+    if !accepted.contains(&found.as_str()) {
+        return Err(LoadError::UnknownModelType {
+            path: path.to_path_buf(),
+            found,
+            expected: accepted.to_vec(),
+        });
+    }
+    serde_json::from_value(value).map_err(|e| bad(e.to_string()))
+}
+
+fn problem(path: &Path, p: ConfigProblem) -> LoadError {
+    match p {
+        ConfigProblem::Invalid(reason) => LoadError::InvalidConfig {
+            path: path.to_path_buf(),
+            reason,
+        },
+        ConfigProblem::Unsupported(feature) => LoadError::UnsupportedFeature {
+            path: path.to_path_buf(),
+            feature,
+        },
+    }
+}
+
+/// Read and resolve a target's `config.json`.
+pub fn read_target_config(path: &Path) -> LoadResult<ResolvedText> {
+    let config: Gemma4TextConfig = read_typed(path, &TARGET_MODEL_TYPES)?;
+    let resolved = config.resolve().map_err(|p| problem(path, p))?;
+    if resolved.cache_layers == 0 {
+        return Err(problem(
+            path,
+            ConfigProblem::Invalid("every layer is KV-shared: nothing computes keys".into()),
+        ));
+    }
+    Ok(resolved)
+}
+
+/// Read and resolve an assistant's `config.json`.
+pub fn read_assistant_config(path: &Path) -> LoadResult<(Gemma4AssistantConfig, ResolvedText)> {
+    let config: Gemma4AssistantConfig = read_typed(path, &ASSISTANT_MODEL_TYPES)?;
+    let resolved = config.resolve().map_err(|p| problem(path, p))?;
+    Ok((config, resolved))
+}

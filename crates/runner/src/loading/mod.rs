@@ -1,0 +1,96 @@
+//! Loading HF model directories: `config.json` plus safetensors weights (one file or shards),
+//! memory-mapped and converted from F32 / F16 / BF16 to backend arrays of a chosen compute dtype.
+//!
+//! ```no_run
+//! use mtp_core::reference::ReferenceBackend;
+//! use runner::loading::{load_assistant, load_target, LoadOptions};
+//!
+//! # fn main() -> Result<(), runner::loading::LoadError> {
+//! let backend = ReferenceBackend::default();
+//! let options = LoadOptions::default();
+//! let target = load_target(&backend, "models/gemma4".as_ref(), &options)?;
+//! let drafter = load_assistant(&backend, "models/gemma4-assistant".as_ref(), &target, &options)?;
+//! # let _ = drafter;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Nothing read from a file is unwrapped: every problem is a [`LoadError`] naming the file or
+//! tensor at fault.
+
+mod arrays;
+mod config_file;
+mod error;
+pub mod tensors;
+
+use std::path::Path;
+
+use mtp_core::{Backend, DType};
+
+pub use arrays::ArrayLoader;
+pub use config_file::{
+    read_assistant_config, read_target_config, ASSISTANT_MODEL_TYPES, TARGET_MODEL_TYPES,
+};
+pub use error::{LoadError, LoadResult};
+pub use tensors::TensorStore;
+
+use crate::models::{Gemma4Assistant, Gemma4Target};
+
+/// How to load a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The dtype weights are converted to and computed in (default `F32`).
+    pub dtype: DType,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self { dtype: DType::F32 }
+    }
+}
+
+fn check_dtype(options: &LoadOptions, dir: &Path) -> LoadResult<()> {
+    if options.dtype.is_float() {
+        Ok(())
+    } else {
+        Err(LoadError::UnsupportedFeature {
+            path: dir.to_path_buf(),
+            feature: format!("compute dtype {}", options.dtype),
+        })
+    }
+}
+
+/// Load a Gemma 4 text target from the HF model directory `dir`.
+pub fn load_target<B: Backend>(
+    backend: &B,
+    dir: &Path,
+    options: &LoadOptions,
+) -> LoadResult<Gemma4Target<B>> {
+    check_dtype(options, dir)?;
+    let resolved = read_target_config(&dir.join("config.json"))?;
+    let mut store = TensorStore::open(dir)?;
+    let model = {
+        let mut loader = ArrayLoader::new(backend, &mut store, options.dtype);
+        Gemma4Target::load(&mut loader, resolved)?
+    };
+    store.finish()?;
+    Ok(model)
+}
+
+/// Load a Gemma 4 assistant from the HF model directory `dir`, for `target`.
+pub fn load_assistant<B: Backend>(
+    backend: &B,
+    dir: &Path,
+    target: &Gemma4Target<B>,
+    options: &LoadOptions,
+) -> LoadResult<Gemma4Assistant<B>> {
+    check_dtype(options, dir)?;
+    let (config, resolved) = read_assistant_config(&dir.join("config.json"))?;
+    let mut store = TensorStore::open(dir)?;
+    let model = {
+        let mut loader = ArrayLoader::new(backend, &mut store, options.dtype);
+        Gemma4Assistant::load(&mut loader, config, resolved, target)?
+    };
+    store.finish()?;
+    Ok(model)
+}

@@ -1,0 +1,293 @@
+//! Memory-mapped safetensors files: find a tensor by name, check its shape, convert it to `f32`.
+//!
+//! A [`TensorStore`] maps every weight file of a model directory (`model.safetensors`, or the
+//! shards listed by `model.safetensors.index.json`), parses each header once, and hands out
+//! tensors by name. It records which tensors were taken so that [`TensorStore::finish`] can
+//! report tensors the model did not use.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use safetensors::tensor::{Dtype, TensorInfo};
+use safetensors::SafeTensors;
+
+use super::error::{LoadError, LoadResult};
+
+/// Name of a single-file checkpoint.
+const SINGLE_FILE: &str = "model.safetensors";
+/// Name of the index of a sharded checkpoint.
+const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// One mapped weight file with its parsed header.
+struct MappedFile {
+    path: PathBuf,
+    map: Mmap,
+    /// Byte offset of the data section (8 + header length).
+    data_start: usize,
+    tensors: BTreeMap<String, TensorInfo>,
+}
+
+/// The weight files of one model directory; see the [module docs](crate::loading::tensors).
+pub struct TensorStore {
+    files: Vec<MappedFile>,
+    /// Tensor name → index into `files`.
+    index: BTreeMap<String, usize>,
+    taken: BTreeSet<String>,
+}
+
+impl std::fmt::Debug for TensorStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorStore")
+            .field(
+                "files",
+                &self.files.iter().map(|m| &m.path).collect::<Vec<_>>(),
+            )
+            .field("tensors", &self.index.len())
+            .finish()
+    }
+}
+
+/// Map `path` read-only.
+#[allow(unsafe_code)]
+fn map_file(path: &Path) -> LoadResult<Mmap> {
+    let file = File::open(path).map_err(|e| LoadError::MissingFile {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    // SAFETY: the map is read-only and private to this store. Memory mapping is sound as long as
+    // no other process truncates or rewrites the file while it is mapped; model directories are
+    // treated as immutable inputs (the same contract as the safetensors Python loader's mmap).
+    // Every read goes through bounds checked slices of the map.
+    unsafe { Mmap::map(&file) }.map_err(|e| LoadError::MissingFile {
+        path: path.to_path_buf(),
+        reason: format!("cannot memory-map: {e}"),
+    })
+}
+
+fn open_file(path: &Path) -> LoadResult<MappedFile> {
+    let map = map_file(path)?;
+    let corrupt = |reason: String| LoadError::CorruptWeights {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let (header_len, metadata) =
+        SafeTensors::read_metadata(&map).map_err(|e| corrupt(e.to_string()))?;
+    let data_start = 8usize
+        .checked_add(header_len)
+        .ok_or_else(|| corrupt("header length overflows".into()))?;
+    let mut tensors = BTreeMap::new();
+    for (name, info) in metadata.tensors() {
+        let (start, end) = info.data_offsets;
+        let fits = start <= end
+            && data_start
+                .checked_add(end)
+                .is_some_and(|last| last <= map.len());
+        if !fits {
+            return Err(corrupt(format!(
+                "tensor {name} points outside the file ({start}..{end})"
+            )));
+        }
+        tensors.insert(name, info.clone());
+    }
+    Ok(MappedFile {
+        path: path.to_path_buf(),
+        map,
+        data_start,
+        tensors,
+    })
+}
+
+/// The shard file names listed by a `model.safetensors.index.json`.
+fn shard_names(index_path: &Path) -> LoadResult<Vec<String>> {
+    let text = std::fs::read_to_string(index_path).map_err(|e| LoadError::MissingFile {
+        path: index_path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let bad = |reason: String| LoadError::BadJson {
+        path: index_path.to_path_buf(),
+        reason,
+    };
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let Some(map) = value.get("weight_map").and_then(|m| m.as_object()) else {
+        return Err(bad("no \"weight_map\" object".into()));
+    };
+    let mut names = BTreeSet::new();
+    for (tensor, file) in map {
+        match file.as_str() {
+            Some(f) => {
+                names.insert(f.to_string());
+            }
+            None => return Err(bad(format!("weight_map entry {tensor} is not a string"))),
+        }
+    }
+    Ok(names.into_iter().collect())
+}
+
+impl TensorStore {
+    /// Map the weights of the model directory `dir`: `model.safetensors` when present, otherwise
+    /// the shards named by `model.safetensors.index.json`.
+    pub fn open(dir: &Path) -> LoadResult<Self> {
+        let single = dir.join(SINGLE_FILE);
+        let index_path = dir.join(INDEX_FILE);
+        let paths = if single.is_file() {
+            vec![single]
+        } else if index_path.is_file() {
+            shard_names(&index_path)?
+                .into_iter()
+                .map(|name| dir.join(name))
+                .collect()
+        } else {
+            return Err(LoadError::MissingFile {
+                path: single,
+                reason: format!("neither {SINGLE_FILE} nor {INDEX_FILE} exists"),
+            });
+        };
+        Self::from_files(&paths)
+    }
+
+    /// Map the given safetensors files (a tensor may appear in only one of them).
+    pub fn from_files(paths: &[PathBuf]) -> LoadResult<Self> {
+        let mut files = Vec::with_capacity(paths.len());
+        let mut index = BTreeMap::new();
+        for path in paths {
+            let file = open_file(path)?;
+            for name in file.tensors.keys() {
+                if index.insert(name.clone(), files.len()).is_some() {
+                    return Err(LoadError::CorruptWeights {
+                        path: path.clone(),
+                        reason: format!("tensor {name} appears in more than one file"),
+                    });
+                }
+            }
+            files.push(file);
+        }
+        Ok(Self {
+            files,
+            index,
+            taken: BTreeSet::new(),
+        })
+    }
+
+    /// Whether the weights hold a tensor called `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// The stored shape of `name`, if present.
+    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        let file = &self.files[*self.index.get(name)?];
+        file.tensors.get(name).map(|info| info.shape.clone())
+    }
+
+    /// Mark `name` as used without reading it (tensors the model deliberately ignores).
+    pub fn skip(&mut self, name: &str) {
+        if self.contains(name) {
+            self.taken.insert(name.to_string());
+        }
+    }
+
+    /// Find `name`, check its shape against `expected`, and return its dtype and raw bytes.
+    fn raw(&mut self, name: &str, expected: &[usize]) -> LoadResult<(Dtype, &[u8])> {
+        let Some(&file_index) = self.index.get(name) else {
+            return Err(LoadError::MissingTensor {
+                name: name.to_string(),
+                expected: expected.to_vec(),
+            });
+        };
+        self.taken.insert(name.to_string());
+        let file = &self.files[file_index];
+        let Some(info) = file.tensors.get(name) else {
+            return Err(LoadError::MissingTensor {
+                name: name.to_string(),
+                expected: expected.to_vec(),
+            });
+        };
+        if info.shape != expected {
+            return Err(LoadError::ShapeMismatch {
+                name: name.to_string(),
+                expected: expected.to_vec(),
+                found: info.shape.clone(),
+            });
+        }
+        let (start, end) = info.data_offsets;
+        let count: usize = expected.iter().product();
+        let elem = info.dtype.bitsize() / 8;
+        let corrupt = |reason: String| LoadError::CorruptWeights {
+            path: file.path.clone(),
+            reason,
+        };
+        if count.checked_mul(elem) != Some(end - start) {
+            return Err(corrupt(format!(
+                "tensor {name}: {} bytes for {count} elements of {:?}",
+                end - start,
+                info.dtype
+            )));
+        }
+        match file.map.get(file.data_start + start..file.data_start + end) {
+            Some(bytes) => Ok((info.dtype, bytes)),
+            None => Err(corrupt(format!("tensor {name} is truncated"))),
+        }
+    }
+
+    /// Tensor `name` of shape `expected` as `f32` (stored as F32, F16 or BF16).
+    pub fn take_f32(&mut self, name: &str, expected: &[usize]) -> LoadResult<Vec<f32>> {
+        let (dtype, bytes) = self.raw(name, expected)?;
+        let pairs = bytes.chunks_exact(2).map(|c| [c[0], c[1]]);
+        match dtype {
+            Dtype::F32 => Ok(bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()),
+            Dtype::F16 => Ok(pairs
+                .map(|b| half::f16::from_le_bytes(b).to_f32())
+                .collect()),
+            Dtype::BF16 => Ok(pairs
+                .map(|b| half::bf16::from_le_bytes(b).to_f32())
+                .collect()),
+            other => Err(LoadError::UnsupportedDtype {
+                name: name.to_string(),
+                dtype: format!("{other:?}"),
+                supported: "F32, F16, BF16",
+            }),
+        }
+    }
+
+    /// Integer tensor `name` of shape `expected` (stored as I64, I32 or U32) as `i64`.
+    pub fn take_ints(&mut self, name: &str, expected: &[usize]) -> LoadResult<Vec<i64>> {
+        let (dtype, bytes) = self.raw(name, expected)?;
+        match dtype {
+            Dtype::I64 => Ok(bytes
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect()),
+            Dtype::I32 => Ok(bytes
+                .chunks_exact(4)
+                .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect()),
+            Dtype::U32 => Ok(bytes
+                .chunks_exact(4)
+                .map(|c| i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                .collect()),
+            other => Err(LoadError::UnsupportedDtype {
+                name: name.to_string(),
+                dtype: format!("{other:?}"),
+                supported: "I64, I32, U32",
+            }),
+        }
+    }
+
+    /// Fail with [`LoadError::UnexpectedTensor`] if some tensor was neither taken nor skipped.
+    pub fn finish(self) -> LoadResult<()> {
+        for (name, &file) in &self.index {
+            if !self.taken.contains(name) {
+                return Err(LoadError::UnexpectedTensor {
+                    name: name.clone(),
+                    path: self.files[file].path.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,289 @@
+//! The Gemma 4 text model (HF `Gemma4ForCausalLM`, `model_type: "gemma4_text"`) as a
+//! [`TargetModel`], written once over [`Backend`].
+//!
+//! # Forward
+//!
+//! ```text
+//! x0   = embed_tokens(ids) * sqrt(hidden)                      (token_embeddings)
+//! ple  = (rms_norm(x0 @ per_layer_model_projection^T / sqrt(hidden))
+//!         + embed_tokens_per_layer(ids) * sqrt(ple)) / sqrt(2)  [1, t, layers, ple]
+//! x    = layers(x0)            (see `layers.rs`; layer i gets ple[:, :, i])
+//! h    = norm(x)                                                 (hidden and draft_hidden)
+//! logits = softcap(h @ embed_tokens^T)                           (unembed)
+//! ```
+//!
+//! # Cache layout
+//!
+//! [`TargetModel::new_caches`] returns one cache per layer that owns its keys and values (the first
+//! `num_hidden_layers - num_kv_shared_layers` layers), cache `i` belonging to layer `i`:
+//! a [`FullKvCache`] for full-attention layers and a [`RotatingKvCache`] of `sliding_window`
+//! positions for sliding layers — except the last sliding layer before the shared ones (the
+//! sliding *store* layer), whose ring keeps `sliding_window + 1` positions. HF's assistant reads
+//! the store layers' keys and values and, through its flipped bidirectional window
+//! (`|i - j| <= w`), sees the `w + 1` most recent of them; the extra slot is masked out of the
+//! target's own attention (`|q - k| < w`), so the target is unchanged.
+//!
+//! KV-shared layers (the last `num_kv_shared_layers`) own no cache: within a forward they attend
+//! to the [`KvView`] that their type's store layer's `update` returned, with their own mask. This
+//! is exactly HF's `shared_kv_states` (full-length states of the current forward).
+
+use std::collections::BTreeMap;
+
+use mtp_core::cache::{CacheSet, FullKvCache, KvCache, KvView, RotatingKvCache};
+use mtp_core::model::{TargetModel, TargetOutput};
+use mtp_core::{AttentionMask, Backend, CoreError, DType, UnaryOp};
+
+use super::config::{KvRole, LayerType, ResolvedText};
+use super::layers::{DecoderLayer, LayerDims};
+use crate::loading::{ArrayLoader, LoadResult};
+
+/// The per-layer input embeddings (PLE) of a target.
+#[derive(Debug)]
+struct PerLayerInputs<B: Backend> {
+    /// `[vocab_per_layer, layers * ple]`.
+    table: B::Array,
+    /// `sqrt(ple)`.
+    table_scale: B::Array,
+    /// `[layers * ple, hidden]`.
+    projection: B::Array,
+    /// `1 / sqrt(hidden)`.
+    projection_scale: B::Array,
+    /// `[ple]`.
+    norm: B::Array,
+    /// `1 / sqrt(2)`.
+    input_scale: B::Array,
+}
+
+/// A loaded Gemma 4 text target; see the [module docs](crate::models::gemma4) for the forward
+/// and the cache layout.
+#[derive(Debug)]
+pub struct Gemma4Target<B: Backend> {
+    resolved: ResolvedText,
+    dtype: DType,
+    eps: f32,
+    embed: B::Array,
+    embed_scale: B::Array,
+    ple: Option<PerLayerInputs<B>>,
+    layers: Vec<DecoderLayer<B>>,
+    final_norm: B::Array,
+    lm_head: B::Array,
+}
+
+impl<B: Backend> Gemma4Target<B> {
+    /// Build the model from the tensors of `loader` (HF `Gemma4ForCausalLM` names).
+    pub fn load(loader: &mut ArrayLoader<'_, B>, resolved: ResolvedText) -> LoadResult<Self> {
+        let c = &resolved.config;
+        let (v, h, n) = (c.vocab_size, c.hidden_size, c.num_hidden_layers);
+        let eps = c.rms_norm_eps as f32;
+        let embed = loader.array("model.embed_tokens.weight", &[v, h])?;
+        let embed_scale = loader.scalar("embed_scale", (h as f64).sqrt() as f32)?;
+        let p = c.hidden_size_per_layer_input;
+        let ple = if p > 0 {
+            Some(PerLayerInputs {
+                table: loader.array(
+                    "model.embed_tokens_per_layer.weight",
+                    &[c.vocab_size_per_layer_input, n * p],
+                )?,
+                table_scale: loader.scalar("ple_scale", (p as f64).sqrt() as f32)?,
+                projection: loader.array("model.per_layer_model_projection.weight", &[n * p, h])?,
+                projection_scale: loader
+                    .scalar("ple_projection_scale", (h as f64).powf(-0.5) as f32)?,
+                norm: loader.array("model.per_layer_projection_norm.weight", &[p])?,
+                input_scale: loader.scalar("ple_input_scale", 2f64.powf(-0.5) as f32)?,
+            })
+        } else {
+            None
+        };
+        let dims = LayerDims {
+            hidden: h,
+            heads: c.num_attention_heads,
+            ple: p,
+            eps,
+        };
+        let mut layers = Vec::with_capacity(n);
+        for (i, spec) in resolved.layers.iter().enumerate() {
+            layers.push(DecoderLayer::load(
+                loader,
+                &format!("model.layers.{i}"),
+                spec.clone(),
+                dims,
+            )?);
+        }
+        let final_norm = loader.array("model.norm.weight", &[h])?;
+        let lm_head = if c.tie_word_embeddings {
+            loader.store().skip("lm_head.weight");
+            embed.clone()
+        } else {
+            loader.array("lm_head.weight", &[v, h])?
+        };
+        Ok(Self {
+            dtype: loader.dtype(),
+            eps,
+            embed,
+            embed_scale,
+            ple,
+            layers,
+            final_norm,
+            lm_head,
+            resolved,
+        })
+    }
+
+    /// The resolved configuration.
+    pub fn config(&self) -> &ResolvedText {
+        &self.resolved
+    }
+
+    /// The compute dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Residual width.
+    pub fn hidden_size(&self) -> usize {
+        self.resolved.config.hidden_size
+    }
+
+    /// The cache index (= layer index) whose keys and values the assistant reads for
+    /// `layer_type` (HF's `shared_kv_states[layer_type]`), if the model has such a layer.
+    pub fn store_layer(&self, layer_type: LayerType) -> Option<usize> {
+        self.resolved.store_layers.get(&layer_type).copied()
+    }
+
+    /// The per-layer inputs `[1, t, layers, ple]` for `ids` and their embeddings `x0`.
+    fn per_layer_inputs(
+        &self,
+        b: &B,
+        ids: &B::Array,
+        x0: &B::Array,
+    ) -> Result<Option<B::Array>, B::Error> {
+        let Some(ple) = &self.ple else {
+            return Ok(None);
+        };
+        let c = &self.resolved.config;
+        let (n, p) = (c.num_hidden_layers, c.hidden_size_per_layer_input);
+        let t = b.shape(ids)[1];
+        let tokens = b.mul(&b.embedding(&ple.table, ids)?, &ple.table_scale)?;
+        let tokens = b.reshape(&tokens, &[1, t, n, p])?;
+        let proj = b.mul(&b.linear(x0, &ple.projection)?, &ple.projection_scale)?;
+        let proj = b.rms_norm(&b.reshape(&proj, &[1, t, n, p])?, Some(&ple.norm), self.eps)?;
+        Ok(Some(b.mul(&b.add(&proj, &tokens)?, &ple.input_scale)?))
+    }
+
+    /// The sliding window a cache of layer `index` keeps (see the module docs).
+    fn ring_size(&self, index: usize) -> usize {
+        let w = self.resolved.config.sliding_window;
+        if self.store_layer(LayerType::Sliding) == Some(index) {
+            w + 1
+        } else {
+            w
+        }
+    }
+}
+
+impl<B: Backend> TargetModel<B> for Gemma4Target<B> {
+    fn vocab_size(&self) -> usize {
+        self.resolved.config.vocab_size
+    }
+
+    fn max_context(&self) -> usize {
+        self.resolved.config.max_position_embeddings
+    }
+
+    fn new_caches(&self, _backend: &B) -> Result<CacheSet<B>, B::Error> {
+        let mut caches: Vec<Box<dyn KvCache<B>>> = Vec::with_capacity(self.resolved.cache_layers);
+        for (i, spec) in self
+            .resolved
+            .layers
+            .iter()
+            .enumerate()
+            .take(self.resolved.cache_layers)
+        {
+            caches.push(match spec.layer_type {
+                LayerType::Full => Box::new(FullKvCache::new()),
+                LayerType::Sliding => Box::new(RotatingKvCache::new(self.ring_size(i))?),
+            });
+        }
+        Ok(CacheSet::new(caches))
+    }
+
+    fn forward(
+        &self,
+        b: &B,
+        ids: &B::Array,
+        start: usize,
+        caches: &mut CacheSet<B>,
+    ) -> Result<TargetOutput<B>, B::Error> {
+        let x0 = self.token_embeddings(b, ids)?;
+        let ple = self.per_layer_inputs(b, ids, &x0)?;
+        let t = b.shape(ids)[1];
+        let window = self.resolved.config.sliding_window;
+        let mut shared: BTreeMap<LayerType, KvView<B>> = BTreeMap::new();
+        let mut x = x0;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let h = layer.attention_input(b, &x)?;
+            let q = layer.queries(b, &h, start)?;
+            let layer_type = layer.spec.layer_type;
+            let view = match layer.keys_values(b, &h, start)? {
+                Some((k, v)) => {
+                    let view = caches.layer_mut(i)?.update(b, &k, &v)?;
+                    if layer.spec.role == KvRole::Store {
+                        shared.insert(layer_type, view.clone());
+                    }
+                    view
+                }
+                None => match shared.get(&layer_type) {
+                    Some(view) => view.clone(),
+                    None => {
+                        return Err(CoreError::Model(format!(
+                            "layer {i} shares {} keys that no earlier layer stored",
+                            layer_type.hf_name()
+                        ))
+                        .into())
+                    }
+                },
+            };
+            let mask = AttentionMask::causal(start, view.start)
+                .with_window((layer_type == LayerType::Sliding).then_some(window));
+            let attn = layer.attend(b, &q, &view, &mask)?;
+            let ple_i = match &ple {
+                Some(all) => Some(b.reshape(
+                    &b.slice(all, 2, i, 1)?,
+                    &[1, t, self.resolved.config.hidden_size_per_layer_input],
+                )?),
+                None => None,
+            };
+            x = layer.finish(b, &x, &attn, ple_i.as_ref())?;
+        }
+        let hidden = b.rms_norm(&x, Some(&self.final_norm), self.eps)?;
+        // HF's `hidden_states[-1]` is the final-normed hidden unless `tie_last_hidden_states`
+        // is explicitly false.
+        let draft_hidden = match self.resolved.config.tie_last_hidden_states {
+            Some(false) => x,
+            _ => hidden.clone(),
+        };
+        Ok(TargetOutput {
+            hidden,
+            draft_hidden,
+        })
+    }
+
+    fn unembed(&self, b: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
+        let logits = b.linear(hidden, &self.lm_head)?;
+        let logits = match self.resolved.config.final_logit_softcapping {
+            Some(cap) if cap > 0.0 => {
+                let cap = b.scalar(cap as f32, b.dtype(&logits))?;
+                let t = b.unary(&b.div(&logits, &cap)?, UnaryOp::Tanh)?;
+                b.mul(&t, &cap)?
+            }
+            _ => logits,
+        };
+        b.cast(&logits, DType::F32)
+    }
+
+    /// HF's `get_input_embeddings()(ids)`: the scaled embedding `embed_tokens(ids) * sqrt(hidden)`
+    /// (what the assistant candidate generator concatenates with the hidden state).
+    fn token_embeddings(&self, b: &B, ids: &B::Array) -> Result<B::Array, B::Error> {
+        b.mul(&b.embedding(&self.embed, ids)?, &self.embed_scale)
+    }
+}

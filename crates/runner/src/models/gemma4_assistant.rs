@@ -1,0 +1,304 @@
+//! The Gemma 4 assistant (HF `Gemma4AssistantForCausalLM`, `model_type: "gemma4_assistant"`) as
+//! an [`MtpDrafter`], written once over [`Backend`].
+//!
+//! # One draft step
+//!
+//! ```text
+//! x       = pre_projection(concat(target_embed(token), h))          [1, 1, hidden_a]
+//! x       = layers(x)   every layer KV-shared: queries only (RoPE at `position`), attending to
+//!                       the target's store-layer caches of the same type, read-only
+//! hn      = norm(x)
+//! projected = post_projection(hn)                                   [1, 1, hidden_target]
+//! logits  = hn @ embed_tokens^T, or the ordered (centroid) embedding  [1, 1, vocab]
+//! ```
+//!
+//! # Which keys a step sees
+//!
+//! HF passes the target's `shared_kv_states` (the store layers' keys of the last target
+//! forward) and builds *bidirectional* masks over them:
+//!
+//! * full attention: every cached position (all `< position`);
+//! * sliding attention: HF's bidirectional window is inclusive (`|i - j| <= w`) and flipped to
+//!   look back, so the query sees the `w + 1` most recent cached positions,
+//!   `position - w - 1 ..= position - 1`. In [`AttentionMask`] terms (`|q - k| < window`) that is
+//!   a window of `w + 2` at query position `position`; the target's sliding store cache keeps
+//!   `w + 1` positions for this reason (see [`Gemma4Target`]).
+//!
+//! Between rounds HF hands the assistant the keys of the whole verification forward, rejected
+//! drafts included (it slices by length only); the engine's caches are rolled back before the
+//! next round, so from the second round on this drafter sees only accepted history. The first
+//! round after the prompt is identical to HF.
+//!
+//! # Ordered embeddings
+//!
+//! With `use_ordered_embeddings`, logits come from HF's `Gemma4AssistantMaskedEmbedder`: the
+//! `centroid_intermediate_top_k` best of `num_centroids` centroids select their
+//! `vocab / num_centroids` tokens each (by `token_ordering`); those tokens get `hn · e_token`, every
+//! other token gets `min(selected logits) - 1` (HF's fill value).
+
+use std::collections::BTreeMap;
+
+use mtp_core::cache::CacheSet;
+use mtp_core::model::{DraftStep, MtpDrafter};
+use mtp_core::{AttentionMask, Backend, Causality, CoreError, DType, ReduceOp};
+
+use super::config::{Gemma4AssistantConfig, LayerType, ResolvedText};
+use super::gemma4::Gemma4Target;
+use super::layers::{DecoderLayer, LayerDims};
+use crate::loading::{ArrayLoader, LoadError, LoadResult};
+
+/// The centroid-masked LM head.
+#[derive(Debug)]
+struct OrderedEmbedding<B: Backend> {
+    /// `[num_centroids, hidden_a]`.
+    centroids: B::Array,
+    /// `token_ordering`: `num_centroids` runs of `per_centroid` token ids.
+    ordering: Vec<u32>,
+    per_centroid: usize,
+    top_k: usize,
+}
+
+/// A loaded Gemma 4 assistant bound to one target; see the
+/// [module docs](crate::models::gemma4_assistant) for a step and the keys it sees.
+#[derive(Debug)]
+pub struct Gemma4Assistant<B: Backend> {
+    config: Gemma4AssistantConfig,
+    resolved: ResolvedText,
+    eps: f32,
+    pre_projection: B::Array,
+    post_projection: B::Array,
+    layers: Vec<DecoderLayer<B>>,
+    final_norm: B::Array,
+    lm_head: B::Array,
+    ordered: Option<OrderedEmbedding<B>>,
+    /// Target cache index read by the layers of each type.
+    sources: BTreeMap<LayerType, usize>,
+}
+
+/// Check that the assistant fits `target` and return the target cache each layer type reads.
+fn bind_to_target<B: Backend>(
+    config: &Gemma4AssistantConfig,
+    resolved: &ResolvedText,
+    target: &Gemma4Target<B>,
+) -> LoadResult<BTreeMap<LayerType, usize>> {
+    let mismatch = |reason: String| LoadError::DrafterMismatch { reason };
+    let t = target.config();
+    let a = &resolved.config;
+    if config.backbone_hidden_size != t.config.hidden_size {
+        return Err(mismatch(format!(
+            "backbone_hidden_size {} but the target's hidden_size is {}",
+            config.backbone_hidden_size, t.config.hidden_size
+        )));
+    }
+    if a.vocab_size != t.config.vocab_size {
+        return Err(mismatch(format!(
+            "vocab_size {} but the target's is {}",
+            a.vocab_size, t.config.vocab_size
+        )));
+    }
+    if a.sliding_window > t.config.sliding_window {
+        return Err(mismatch(format!(
+            "sliding_window {} exceeds the target's {} (its caches keep too little)",
+            a.sliding_window, t.config.sliding_window
+        )));
+    }
+    let mut sources = BTreeMap::new();
+    for (i, spec) in resolved.layers.iter().enumerate() {
+        let Some(source) = target.store_layer(spec.layer_type) else {
+            return Err(mismatch(format!(
+                "layer {i} is {} but the target has no such layer",
+                spec.layer_type.hf_name()
+            )));
+        };
+        let theirs = &t.layers[source];
+        if theirs.head_dim != spec.head_dim || theirs.kv_heads != spec.kv_heads {
+            return Err(mismatch(format!(
+                "layer {i} ({}) expects {} KV heads of dim {}, the target's layer {source} has {} of dim {}",
+                spec.layer_type.hf_name(),
+                spec.kv_heads,
+                spec.head_dim,
+                theirs.kv_heads,
+                theirs.head_dim
+            )));
+        }
+        sources.insert(spec.layer_type, source);
+    }
+    Ok(sources)
+}
+
+impl<B: Backend> Gemma4Assistant<B> {
+    /// Build the assistant from the tensors of `loader` (HF `Gemma4AssistantForCausalLM` names),
+    /// checking that it fits `target`.
+    pub fn load(
+        loader: &mut ArrayLoader<'_, B>,
+        config: Gemma4AssistantConfig,
+        resolved: ResolvedText,
+        target: &Gemma4Target<B>,
+    ) -> LoadResult<Self> {
+        let sources = bind_to_target(&config, &resolved, target)?;
+        let c = &resolved.config;
+        let (v, h, hb) = (c.vocab_size, c.hidden_size, config.backbone_hidden_size);
+        let eps = c.rms_norm_eps as f32;
+        let dims = LayerDims {
+            hidden: h,
+            heads: c.num_attention_heads,
+            ple: 0,
+            eps,
+        };
+        let mut layers = Vec::with_capacity(resolved.layers.len());
+        for (i, spec) in resolved.layers.iter().enumerate() {
+            layers.push(DecoderLayer::load(
+                loader,
+                &format!("model.layers.{i}"),
+                spec.clone(),
+                dims,
+            )?);
+        }
+        let embed = loader.array("model.embed_tokens.weight", &[v, h])?;
+        let lm_head = if config.tie_word_embeddings {
+            loader.store().skip("lm_head.weight");
+            embed
+        } else {
+            loader.array("lm_head.weight", &[v, h])?
+        };
+        let ordered = if config.use_ordered_embeddings {
+            let n = config.num_centroids;
+            let raw = loader
+                .store()
+                .take_ints("masked_embedding.token_ordering", &[v])?;
+            let mut ordering = Vec::with_capacity(v);
+            for (i, id) in raw.into_iter().enumerate() {
+                match u32::try_from(id) {
+                    Ok(id) if (id as usize) < v => ordering.push(id),
+                    _ => {
+                        return Err(LoadError::InvalidTensor {
+                            name: "masked_embedding.token_ordering".into(),
+                            reason: format!("entry {i} = {id} is not a token id below {v}"),
+                        })
+                    }
+                }
+            }
+            Some(OrderedEmbedding {
+                centroids: loader.array("masked_embedding.centroids.weight", &[n, h])?,
+                ordering,
+                per_centroid: v / n,
+                top_k: config.centroid_intermediate_top_k,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            pre_projection: loader.array("pre_projection.weight", &[h, 2 * hb])?,
+            post_projection: loader.array("post_projection.weight", &[hb, h])?,
+            final_norm: loader.array("model.norm.weight", &[h])?,
+            eps,
+            layers,
+            lm_head,
+            ordered,
+            sources,
+            config,
+            resolved,
+        })
+    }
+
+    /// The parsed assistant configuration.
+    pub fn config(&self) -> &Gemma4AssistantConfig {
+        &self.config
+    }
+
+    /// The resolved configuration of the assistant's decoder.
+    pub fn text_config(&self) -> &ResolvedText {
+        &self.resolved
+    }
+
+    /// The target cache index the assistant's `layer_type` layers read.
+    pub fn source_layer(&self, layer_type: LayerType) -> Option<usize> {
+        self.sources.get(&layer_type).copied()
+    }
+
+    /// The mask of a step at `position` over keys starting at `key_start` (module docs).
+    fn mask(&self, layer_type: LayerType, position: usize, key_start: usize) -> AttentionMask {
+        match layer_type {
+            LayerType::Full => AttentionMask {
+                query_start: position,
+                key_start,
+                causality: Causality::Bidirectional,
+                window: None,
+            },
+            LayerType::Sliding => AttentionMask::causal(position, key_start)
+                .with_window(Some(self.resolved.config.sliding_window + 2)),
+        }
+    }
+
+    /// Logits `[1, 1, vocab]` of the normed hidden `hn` `[1, 1, hidden_a]`.
+    fn logits(&self, b: &B, hn: &B::Array) -> Result<B::Array, B::Error> {
+        let Some(o) = &self.ordered else {
+            return b.cast(&b.linear(hn, &self.lm_head)?, DType::F32);
+        };
+        let v = self.resolved.config.vocab_size;
+        let scores = b.linear(hn, &o.centroids)?;
+        let (_, top) = b.top_k(&scores, o.top_k)?;
+        let mut selected = Vec::with_capacity(o.top_k * o.per_centroid);
+        for c in b.to_vec_u32(&top)? {
+            let start = c as usize * o.per_centroid;
+            match o.ordering.get(start..start + o.per_centroid) {
+                Some(ids) => selected.extend_from_slice(ids),
+                None => {
+                    return Err(CoreError::IndexOutOfRange {
+                        op: "ordered embedding centroid",
+                        index: i64::from(c),
+                        size: o.ordering.len() / o.per_centroid.max(1),
+                    }
+                    .into())
+                }
+            }
+        }
+        let n = selected.len();
+        let ids = b.from_u32(&selected, &[n])?;
+        let rows = b.embedding(&self.lm_head, &ids)?;
+        let h = b.reshape(hn, &[1, self.resolved.config.hidden_size])?;
+        let picked = b.cast(&b.linear(&h, &rows)?, DType::F32)?;
+        let min = b.to_vec_f32(&b.reduce(&picked, 1, ReduceOp::Min)?)?;
+        let fill = min
+            .first()
+            .map_or(f32::NEG_INFINITY, |m| (*m as f64 - 1.0) as f32);
+        let base = b.full(&[1, v], fill, DType::F32)?;
+        let index = b.from_u32(&selected, &[1, n])?;
+        let out = b.scatter(&base, &index, &picked, 1)?;
+        b.reshape(&out, &[1, 1, v])
+    }
+}
+
+impl<B: Backend> MtpDrafter<B> for Gemma4Assistant<B> {
+    fn draft_step(
+        &self,
+        b: &B,
+        input: &B::Array,
+        position: usize,
+        target_caches: &CacheSet<B>,
+    ) -> Result<DraftStep<B>, B::Error> {
+        let mut x = b.linear(input, &self.pre_projection)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let layer_type = layer.spec.layer_type;
+            let Some(&source) = self.sources.get(&layer_type) else {
+                return Err(CoreError::Model(format!("assistant layer {i} has no source")).into());
+            };
+            let Some(view) = target_caches.layer(source)?.view(b)? else {
+                return Err(CoreError::Model(format!(
+                    "assistant layer {i}: target cache {source} is empty (draft before prefill)"
+                ))
+                .into());
+            };
+            let h = layer.attention_input(b, &x)?;
+            let q = layer.queries(b, &h, position)?;
+            let mask = self.mask(layer_type, position, view.start);
+            let attn = layer.attend(b, &q, &view, &mask)?;
+            x = layer.finish(b, &x, &attn, None)?;
+        }
+        let hn = b.rms_norm(&x, Some(&self.final_norm), self.eps)?;
+        Ok(DraftStep {
+            logits: self.logits(b, &hn)?,
+            projected: b.linear(&hn, &self.post_projection)?,
+        })
+    }
+}

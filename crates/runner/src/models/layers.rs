@@ -1,0 +1,244 @@
+//! The Gemma 4 decoder layer, shared by the target and the assistant.
+//!
+//! One layer (HF `Gemma4TextDecoderLayer`):
+//!
+//! ```text
+//! h  = input_layernorm(x)
+//! a  = o_proj(attention(rope(q_norm(q_proj h)), K, V))      scale 1.0 (q/k are normed)
+//! x  = x + post_attention_layernorm(a)
+//! x  = x + post_feedforward_layernorm(down(gelu_tanh(gate h') * up h')),  h' = pre_feedforward_layernorm(x)
+//! x  = x + post_per_layer_input_norm(per_layer_projection(gelu_tanh(per_layer_input_gate x) * ple_i))   [PLE only]
+//! x  = x * layer_scalar
+//! ```
+//!
+//! Keys and values of a layer that owns them: `K = rope(k_norm(k_proj h))`, `V = v_norm(v_proj h)`
+//! where `v_norm` is an RMS norm without scale and, for full layers with `attention_k_eq_v`,
+//! `v_proj h` is replaced by the raw `k_proj h`. Every norm is an RMS norm whose weight is used as
+//! stored (Gemma 4 has no `1 + w`).
+
+use mtp_core::cache::KvView;
+use mtp_core::{AttentionMask, Backend};
+
+use super::config::{KvRole, LayerSpec};
+use crate::loading::{ArrayLoader, LoadResult};
+
+/// Keys and values `[1, kv_heads, t, dim]` of one write.
+pub(crate) type KeysValues<B> = (<B as Backend>::Array, <B as Backend>::Array);
+
+/// The K/V projections of a layer that owns its keys and values.
+#[derive(Debug)]
+struct KvProjections<B: Backend> {
+    k_proj: B::Array,
+    /// `None` when values are the keys (`attention_k_eq_v` on a full layer).
+    v_proj: Option<B::Array>,
+    k_norm: B::Array,
+}
+
+/// The per-layer-input (PLE) gate of a layer.
+#[derive(Debug)]
+struct PleGate<B: Backend> {
+    gate: B::Array,
+    projection: B::Array,
+    norm: B::Array,
+}
+
+/// Shapes a layer needs besides its [`LayerSpec`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LayerDims {
+    /// Residual width.
+    pub hidden: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// PLE width (0 = none).
+    pub ple: usize,
+    /// RMS norm epsilon.
+    pub eps: f32,
+}
+
+/// One decoder layer's weights.
+#[derive(Debug)]
+pub(crate) struct DecoderLayer<B: Backend> {
+    pub spec: LayerSpec,
+    dims: LayerDims,
+    input_norm: B::Array,
+    q_proj: B::Array,
+    q_norm: B::Array,
+    kv: Option<KvProjections<B>>,
+    o_proj: B::Array,
+    post_attention_norm: B::Array,
+    pre_feedforward_norm: B::Array,
+    gate_proj: B::Array,
+    up_proj: B::Array,
+    down_proj: B::Array,
+    post_feedforward_norm: B::Array,
+    ple: Option<PleGate<B>>,
+    layer_scalar: Option<B::Array>,
+}
+
+/// The names HF gives to a shared layer's unused K/V weights (skipped if present).
+const SHARED_LAYER_UNUSED: [&str; 4] = ["k_proj", "v_proj", "k_norm", "v_norm"];
+
+impl<B: Backend> DecoderLayer<B> {
+    /// Load layer `prefix` (e.g. `model.layers.3`).
+    pub fn load(
+        loader: &mut ArrayLoader<'_, B>,
+        prefix: &str,
+        spec: LayerSpec,
+        dims: LayerDims,
+    ) -> LoadResult<Self> {
+        let (h, hd, nh, kvh) = (dims.hidden, spec.head_dim, dims.heads, spec.kv_heads);
+        let attn = format!("{prefix}.self_attn");
+        let kv = if spec.role == KvRole::Reuse {
+            for name in SHARED_LAYER_UNUSED {
+                loader.store().skip(&format!("{attn}.{name}.weight"));
+            }
+            None
+        } else {
+            Some(KvProjections {
+                k_proj: loader.array(&format!("{attn}.k_proj.weight"), &[kvh * hd, h])?,
+                v_proj: if spec.k_eq_v {
+                    None
+                } else {
+                    Some(loader.array(&format!("{attn}.v_proj.weight"), &[kvh * hd, h])?)
+                },
+                k_norm: loader.array(&format!("{attn}.k_norm.weight"), &[hd])?,
+            })
+        };
+        let ple = if dims.ple > 0 {
+            Some(PleGate {
+                gate: loader.array(
+                    &format!("{prefix}.per_layer_input_gate.weight"),
+                    &[dims.ple, h],
+                )?,
+                projection: loader.array(
+                    &format!("{prefix}.per_layer_projection.weight"),
+                    &[h, dims.ple],
+                )?,
+                norm: loader.array(&format!("{prefix}.post_per_layer_input_norm.weight"), &[h])?,
+            })
+        } else {
+            None
+        };
+        let scalar_name = format!("{prefix}.layer_scalar");
+        let layer_scalar = if loader.store().contains(&scalar_name) {
+            Some(loader.array(&scalar_name, &[1])?)
+        } else {
+            None
+        };
+        let inter = spec.intermediate;
+        Ok(Self {
+            input_norm: loader.array(&format!("{prefix}.input_layernorm.weight"), &[h])?,
+            q_proj: loader.array(&format!("{attn}.q_proj.weight"), &[nh * hd, h])?,
+            q_norm: loader.array(&format!("{attn}.q_norm.weight"), &[hd])?,
+            kv,
+            o_proj: loader.array(&format!("{attn}.o_proj.weight"), &[h, nh * hd])?,
+            post_attention_norm: loader
+                .array(&format!("{prefix}.post_attention_layernorm.weight"), &[h])?,
+            pre_feedforward_norm: loader
+                .array(&format!("{prefix}.pre_feedforward_layernorm.weight"), &[h])?,
+            gate_proj: loader.array(&format!("{prefix}.mlp.gate_proj.weight"), &[inter, h])?,
+            up_proj: loader.array(&format!("{prefix}.mlp.up_proj.weight"), &[inter, h])?,
+            down_proj: loader.array(&format!("{prefix}.mlp.down_proj.weight"), &[h, inter])?,
+            post_feedforward_norm: loader
+                .array(&format!("{prefix}.post_feedforward_layernorm.weight"), &[h])?,
+            ple,
+            layer_scalar,
+            spec,
+            dims,
+        })
+    }
+
+    /// `input_layernorm(x)`.
+    pub fn attention_input(&self, b: &B, x: &B::Array) -> Result<B::Array, B::Error> {
+        b.rms_norm(x, Some(&self.input_norm), self.dims.eps)
+    }
+
+    /// `[1, t, heads * dim]` → `[1, heads, t, dim]`.
+    fn split_heads(&self, b: &B, x: &B::Array, heads: usize) -> Result<B::Array, B::Error> {
+        let t = b.shape(x)[1];
+        let x = b.reshape(x, &[1, t, heads, self.spec.head_dim])?;
+        b.transpose(&x, 1, 2)
+    }
+
+    /// Rotated, normed queries `[1, heads, t, dim]` for positions `start ..`.
+    pub fn queries(&self, b: &B, h: &B::Array, start: usize) -> Result<B::Array, B::Error> {
+        let q = self.split_heads(b, &b.linear(h, &self.q_proj)?, self.dims.heads)?;
+        let q = b.rms_norm(&q, Some(&self.q_norm), self.dims.eps)?;
+        b.rope(&q, start, &self.spec.inv_freq)
+    }
+
+    /// This layer's own keys and values `[1, kv_heads, t, dim]`; `None` for a KV-shared layer.
+    pub fn keys_values(
+        &self,
+        b: &B,
+        h: &B::Array,
+        start: usize,
+    ) -> Result<Option<KeysValues<B>>, B::Error> {
+        let Some(kv) = &self.kv else {
+            return Ok(None);
+        };
+        let kvh = self.spec.kv_heads;
+        let k_raw = self.split_heads(b, &b.linear(h, &kv.k_proj)?, kvh)?;
+        let v_raw = match &kv.v_proj {
+            Some(w) => self.split_heads(b, &b.linear(h, w)?, kvh)?,
+            None => k_raw.clone(),
+        };
+        let k = b.rope(
+            &b.rms_norm(&k_raw, Some(&kv.k_norm), self.dims.eps)?,
+            start,
+            &self.spec.inv_freq,
+        )?;
+        let v = b.rms_norm(&v_raw, None, self.dims.eps)?;
+        Ok(Some((k, v)))
+    }
+
+    /// `o_proj(attention(q, view))` as `[1, t, hidden]` (attention scale 1.0, as HF).
+    pub fn attend(
+        &self,
+        b: &B,
+        q: &B::Array,
+        view: &KvView<B>,
+        mask: &AttentionMask,
+    ) -> Result<B::Array, B::Error> {
+        let t = b.shape(q)[2];
+        let a = b.attention(q, &view.keys, &view.values, mask, 1.0)?;
+        let a = b.reshape(
+            &b.transpose(&a, 1, 2)?,
+            &[1, t, self.dims.heads * self.spec.head_dim],
+        )?;
+        b.linear(&a, &self.o_proj)
+    }
+
+    /// Everything after attention: residuals, MLP, PLE gate and layer scalar.
+    /// `ple_input` is this layer's `[1, t, ple]` slice of the per-layer inputs.
+    pub fn finish(
+        &self,
+        b: &B,
+        x: &B::Array,
+        attn_out: &B::Array,
+        ple_input: Option<&B::Array>,
+    ) -> Result<B::Array, B::Error> {
+        let eps = self.dims.eps;
+        let x = b.add(
+            x,
+            &b.rms_norm(attn_out, Some(&self.post_attention_norm), eps)?,
+        )?;
+        let h = b.rms_norm(&x, Some(&self.pre_feedforward_norm), eps)?;
+        let gate = b.gelu_tanh(&b.linear(&h, &self.gate_proj)?)?;
+        let inner = b.mul(&gate, &b.linear(&h, &self.up_proj)?)?;
+        let mlp = b.linear(&inner, &self.down_proj)?;
+        let mut x = b.add(
+            &x,
+            &b.rms_norm(&mlp, Some(&self.post_feedforward_norm), eps)?,
+        )?;
+        if let (Some(ple), Some(input)) = (&self.ple, ple_input) {
+            let g = b.gelu_tanh(&b.linear(&x, &ple.gate)?)?;
+            let g = b.linear(&b.mul(&g, input)?, &ple.projection)?;
+            x = b.add(&x, &b.rms_norm(&g, Some(&ple.norm), eps)?)?;
+        }
+        match &self.layer_scalar {
+            Some(s) => b.mul(&x, s),
+            None => Ok(x),
+        }
+    }
+}

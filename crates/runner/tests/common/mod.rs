@@ -1,0 +1,115 @@
+//! Shared helpers of the fixture tests: where the HF fixtures live, reading their reference
+//! tensors, and error measures.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use mtp_core::reference::ReferenceBackend;
+use mtp_core::Backend;
+use runner::loading::{load_assistant, load_target, LoadOptions, TensorStore};
+use runner::models::{Gemma4Assistant, Gemma4Target};
+
+/// The backend of every fixture test.
+pub type B = ReferenceBackend;
+
+/// The fixture root: `$MTP_GEMMA4_FIXTURES`, else `<workspace>/tests/fixtures/gemma4`.
+pub fn fixture_root() -> PathBuf {
+    match std::env::var_os("MTP_GEMMA4_FIXTURES") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gemma4"),
+    }
+}
+
+/// Every fixture case directory (sorted), or `None` with a printed notice when the fixture root
+/// does not exist.
+pub fn cases() -> Option<Vec<PathBuf>> {
+    let root = fixture_root();
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        eprintln!(
+            "SKIPPED: no Gemma 4 fixtures at {} (set MTP_GEMMA4_FIXTURES)",
+            root.display()
+        );
+        return None;
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("reference.safetensors").is_file())
+        .collect();
+    dirs.sort();
+    assert!(!dirs.is_empty(), "no fixture case under {}", root.display());
+    Some(dirs)
+}
+
+/// The case name of a case directory.
+pub fn name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The reference tensors of one case.
+pub struct Reference {
+    store: TensorStore,
+}
+
+impl Reference {
+    /// Open `dir/reference.safetensors`.
+    pub fn open(dir: &Path) -> Self {
+        let store = TensorStore::from_files(&[dir.join("reference.safetensors")])
+            .expect("reference.safetensors");
+        Self { store }
+    }
+
+    /// Float tensor `name` and its shape.
+    pub fn floats(&mut self, name: &str) -> (Vec<f32>, Vec<usize>) {
+        let shape = self
+            .store
+            .shape(name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        (self.store.take_f32(name, &shape).expect(name), shape)
+    }
+
+    /// Integer tensor `name` as token ids.
+    pub fn ids(&mut self, name: &str) -> Vec<u32> {
+        let shape = self
+            .store
+            .shape(name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        self.store
+            .take_ints(name, &shape)
+            .expect(name)
+            .into_iter()
+            .map(|v| u32::try_from(v).expect("non-negative id"))
+            .collect()
+    }
+}
+
+/// Load the target and assistant of a case (f32).
+pub fn load_pair(b: &B, dir: &Path) -> (Gemma4Target<B>, Gemma4Assistant<B>) {
+    let options = LoadOptions::default();
+    let target = load_target(b, &dir.join("target"), &options).expect("target loads");
+    let assistant =
+        load_assistant(b, &dir.join("assistant"), &target, &options).expect("assistant loads");
+    (target, assistant)
+}
+
+/// Largest `max |ours - theirs| / max |theirs|` over rows of length `row`.
+pub fn max_rel_err(ours: &[f32], theirs: &[f32], row: usize) -> f32 {
+    assert_eq!(ours.len(), theirs.len(), "lengths differ");
+    ours.chunks(row)
+        .zip(theirs.chunks(row))
+        .map(|(a, b)| {
+            let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-12);
+            let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+            diff / scale
+        })
+        .fold(0f32, f32::max)
+}
+
+/// A `[1, t]` id array.
+pub fn ids_array(b: &B, ids: &[u32]) -> <B as Backend>::Array {
+    b.from_u32(ids, &[1, ids.len()]).expect("ids")
+}
+
+/// Relative tolerance of every fixture comparison.
+pub const TOLERANCE: f32 = 1e-4;
