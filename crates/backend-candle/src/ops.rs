@@ -70,18 +70,20 @@ fn same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<DType> {
     Ok(da)
 }
 
-/// An error unless `x` holds indices (`U32` or `I32`).
-fn require_index(op: &'static str, x: &Tensor) -> Result<()> {
-    let dtype = dtype_of(op, x)?;
-    if dtype.is_float() {
-        return Err(CoreError::DTypeMismatch {
+/// `x` as a contiguous index tensor candle's gather/scatter/index-select accept: `U32` as is,
+/// `I32` widened to `I64` (candle takes U8/U32/I64 indices; widening keeps negative indices
+/// negative, so they stay out of range and are errors).
+fn index_tensor(op: &'static str, x: &Tensor) -> Result<Tensor> {
+    match dtype_of(op, x)? {
+        DType::U32 => Ok(x.contiguous()?),
+        DType::I32 => Ok(x.to_dtype(CDType::I64)?.contiguous()?),
+        other => Err(CoreError::DTypeMismatch {
             op,
             expected: "an index dtype (u32 or i32)",
-            got: dtype,
+            got: other,
         }
-        .into());
+        .into()),
     }
-    Ok(())
 }
 
 fn is_half(dtype: CDType) -> bool {
@@ -666,7 +668,7 @@ fn scan(x: &Tensor, axis: usize) -> Result<Tensor> {
 pub(crate) fn embedding(table: &Tensor, ids: &Tensor) -> Result<Tensor> {
     const OP: &str = "embedding";
     require_float(OP, table)?;
-    require_index(OP, ids)?;
+    let ids_c = index_tensor(OP, ids)?;
     let [_, d] = table.dims()[..] else {
         return Err(CoreError::InvalidArgument {
             op: OP,
@@ -674,7 +676,7 @@ pub(crate) fn embedding(table: &Tensor, ids: &Tensor) -> Result<Tensor> {
         }
         .into());
     };
-    let flat = ids.flatten_all()?.contiguous()?;
+    let flat = ids_c.flatten_all()?;
     let rows = table.contiguous()?.index_select(&flat, 0)?;
     let mut shape = ids.dims().to_vec();
     shape.push(d);
@@ -704,14 +706,14 @@ fn check_along_axis(op: &'static str, x: &Tensor, indices: &Tensor, axis: usize)
 pub(crate) fn take_along_axis(x: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor> {
     const OP: &str = "take_along_axis";
     dtype_of(OP, x)?;
-    require_index(OP, indices)?;
+    let idx = index_tensor(OP, indices)?;
     check_along_axis(OP, x, indices, axis)?;
-    Ok(x.contiguous()?.gather(&indices.contiguous()?, axis)?)
+    Ok(x.contiguous()?.gather(&idx, axis)?)
 }
 
 pub(crate) fn scatter(x: &Tensor, indices: &Tensor, src: &Tensor, axis: usize) -> Result<Tensor> {
     const OP: &str = "scatter";
-    require_index(OP, indices)?;
+    let idx = index_tensor(OP, indices)?;
     same_dtype(OP, x, src)?;
     if indices.dims() != src.dims() {
         return Err(CoreError::ShapeMismatch {
@@ -723,7 +725,7 @@ pub(crate) fn scatter(x: &Tensor, indices: &Tensor, src: &Tensor, axis: usize) -
     }
     check_along_axis(OP, x, indices, axis)?;
     // candle's `scatter` copies `x` into fresh storage, then writes in order (later writes win).
-    Ok(x.scatter(&indices.contiguous()?, &src.contiguous()?, axis)?)
+    Ok(x.scatter(&idx, &src.contiguous()?, axis)?)
 }
 
 // ---------------------------------------------------------------------------------- matmul
