@@ -40,8 +40,9 @@
 //! * integer add/sub/mul/sum use candle's kernels: they wrap in optimised builds of candle and
 //!   panic on overflow where candle was built with overflow checks (a default `dev` profile);
 //!   integer division by zero is caught (one flag read back to the host) and is an error;
-//! * index arrays holding `u32::MAX` (or `i32::MAX`) are candle's "no index" marker: gathers give
-//!   zero and scatters skip them instead of erroring;
+//! * a `U32` index equal to `u32::MAX` is candle's "no index" marker: gathers give zero and
+//!   scatters skip it instead of erroring (`I32` indices are widened to `I64` for candle, so any
+//!   negative or too-large `I32` index is an error);
 //! * `argmax` maps NaN to `-inf` before candle's kernel (which keeps the first index on ties), so
 //!   NaN never wins; only a line like `[NaN, -inf]` differs (index 0 here, 1 in the reference);
 //! * `argsort` sorts NaN like `+inf` (ascending) or `-inf` (descending), so it comes last but
