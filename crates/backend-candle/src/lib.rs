@@ -1,6 +1,253 @@
 //! # backend-candle
 //!
-//! The mtp-core [`Backend`](https://docs.rs/mtp-core) traits implemented on candle-core (CPU,
-//! Metal, CUDA) are not written yet: this crate is an empty member of the workspace so that the
-//! layout of the design card holds. It exports nothing and claims nothing. Use
-//! `mtp_core::reference::ReferenceBackend` until the candle backend lands.
+//! The mtp-core [`Backend`] on [candle](https://github.com/huggingface/candle) 0.11: arrays are
+//! [`candle_core::Tensor`]s, devices are [`candle_core::Device`]s (CPU always; CUDA and Metal
+//! behind candle's own feature names, `cuda` and `metal`; `accelerate` and `mkl` pass through).
+//!
+//! ```
+//! use backend_candle::CandleBackend;
+//! use mtp_core::{Backend, DType};
+//!
+//! # fn main() -> Result<(), backend_candle::CandleError> {
+//! let backend = CandleBackend::from_spec("cpu")?;
+//! let x = backend.from_f32(&[1.0, 2.0, 3.0], &[1, 3], DType::F32)?;
+//! let p = backend.softmax(&x, 1)?;
+//! assert_eq!(backend.to_vec_u32(&backend.argmax(&p, 1)?)?, vec![2]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Kernels and default bodies
+//!
+//! Every required op maps onto candle tensor ops (see `README.md` for the table). Of the fused
+//! ops, `softmax` (`candle_nn::ops::softmax_last_dim`), `rms_norm` (`candle_nn::ops::rms_norm`),
+//! `rope` (`candle_nn::rotary_emb::rope`) and `gelu_tanh` (`Tensor::gelu`) use candle kernels;
+//! `attention`, `top_k` and `log_softmax` keep the trait's default bodies. The in-place cache hooks
+//! are overridden: [`Backend::write_slice`] writes into the preallocated buffer with
+//! `Tensor::slice_set`, and [`Backend::deep_copy`] copies storage with `Tensor::copy`.
+//!
+//! # Aliasing
+//!
+//! Candle tensors share storage between views (`slice`, `reshape` of a contiguous tensor,
+//! `transpose`, clones). `write_slice` mutates that storage, so every view of a cache buffer sees
+//! the write — which is the point of an in-place cache; a snapshot that must not move uses
+//! [`Backend::deep_copy`].
+//!
+//! # Differences from the reference backend
+//!
+//! * float→int [`Backend::cast`] follows Rust's `as` (truncates toward zero, saturates, NaN→0)
+//!   and int→int casts wrap, where the reference rejects such values;
+//! * integer add/sub/mul/sum use candle's kernels: they wrap in optimised builds of candle and
+//!   panic on overflow where candle was built with overflow checks (a default `dev` profile);
+//!   integer division by zero is caught (one flag read back to the host) and is an error;
+//! * a `U32` index equal to `u32::MAX` is candle's "no index" marker: gathers give zero and
+//!   scatters skip it instead of erroring (`I32` indices are widened to `I64` for candle, so any
+//!   negative or too-large `I32` index is an error);
+//! * `argmax` maps NaN to `-inf` before candle's kernel (which keeps the first index on ties), so
+//!   NaN never wins; only a line like `[NaN, -inf]` differs (index 0 here, 1 in the reference);
+//! * `argsort` sorts NaN like `+inf` (ascending) or `-inf` (descending), so it comes last but
+//!   ties with infinities by index.
+
+#![warn(missing_docs)]
+
+mod device;
+mod error;
+mod fused;
+mod ops;
+#[cfg(test)]
+mod tests;
+
+pub use error::{CandleError, Result};
+
+use candle_core::{Device, Tensor};
+use mtp_core::{Backend, BinaryOp, CompareOp, DType, ReduceOp, SortOrder, UnaryOp};
+
+/// The candle backend: a handle on one candle [`Device`].
+#[derive(Debug, Clone)]
+pub struct CandleBackend {
+    device: Device,
+}
+
+impl CandleBackend {
+    /// A backend computing on `device`.
+    pub fn new(device: Device) -> Self {
+        Self { device }
+    }
+
+    /// A backend on the CPU.
+    pub fn cpu() -> Self {
+        Self::new(Device::Cpu)
+    }
+
+    /// A backend from a device spec: `cpu`, `cuda`, `cuda:N`, `metal` or `metal:N` (no ordinal
+    /// means 0; case and surrounding spaces are ignored).
+    ///
+    /// # Errors
+    ///
+    /// [`CandleError::UnknownDevice`] for any other spec;
+    /// [`CandleError::FeatureNotCompiled`] for `cuda`/`metal` when this crate was built without
+    /// the matching cargo feature; [`CandleError::PlatformUnsupported`] for `metal` outside
+    /// macOS; [`CandleError::DeviceUnavailable`] when candle cannot open the device.
+    pub fn from_spec(spec: &str) -> Result<Self> {
+        let parsed = device::parse(spec)?;
+        Ok(Self::new(device::open(spec, parsed)?))
+    }
+}
+
+impl Default for CandleBackend {
+    fn default() -> Self {
+        Self::cpu()
+    }
+}
+
+impl Backend for CandleBackend {
+    type Device = Device;
+    type Array = Tensor;
+    type Error = CandleError;
+
+    fn name(&self) -> String {
+        device::name(&self.device)
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn from_f32(&self, data: &[f32], shape: &[usize], dtype: DType) -> Result<Tensor> {
+        ops::from_f32(&self.device, data, shape, dtype)
+    }
+
+    fn from_u32(&self, data: &[u32], shape: &[usize]) -> Result<Tensor> {
+        ops::from_u32(&self.device, data, shape)
+    }
+
+    fn from_i32(&self, data: &[i32], shape: &[usize]) -> Result<Tensor> {
+        ops::from_i32(&self.device, data, shape)
+    }
+
+    fn full(&self, shape: &[usize], value: f32, dtype: DType) -> Result<Tensor> {
+        ops::full(&self.device, shape, value, dtype)
+    }
+
+    fn to_vec_f32(&self, x: &Tensor) -> Result<Vec<f32>> {
+        ops::to_vec_f32(x)
+    }
+
+    fn to_vec_u32(&self, x: &Tensor) -> Result<Vec<u32>> {
+        ops::to_vec_u32(x)
+    }
+
+    fn shape(&self, x: &Tensor) -> Vec<usize> {
+        x.dims().to_vec()
+    }
+
+    /// The dtype of `x`. A tensor built outside this backend in a dtype mtp-core has no name for
+    /// reports the nearest one (other floats as `F32`, signed ints as `I32`, unsigned as `U32`);
+    /// ops on it fail with [`CandleError::UnsupportedDType`].
+    fn dtype(&self, x: &Tensor) -> DType {
+        use candle_core::DType as C;
+        match x.dtype() {
+            C::F16 => DType::F16,
+            C::BF16 => DType::BF16,
+            C::I16 | C::I32 | C::I64 => DType::I32,
+            C::U8 | C::U32 => DType::U32,
+            _ => DType::F32,
+        }
+    }
+
+    fn cast(&self, x: &Tensor, dtype: DType) -> Result<Tensor> {
+        ops::cast(x, dtype)
+    }
+
+    fn reshape(&self, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
+        ops::reshape(x, shape)
+    }
+
+    fn transpose(&self, x: &Tensor, a: usize, b: usize) -> Result<Tensor> {
+        ops::transpose(x, a, b)
+    }
+
+    fn slice(&self, x: &Tensor, axis: usize, start: usize, len: usize) -> Result<Tensor> {
+        ops::slice(x, axis, start, len)
+    }
+
+    fn concat(&self, xs: &[&Tensor], axis: usize) -> Result<Tensor> {
+        ops::concat(xs, axis)
+    }
+
+    fn binary(&self, a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        ops::binary(a, b, op)
+    }
+
+    fn unary(&self, x: &Tensor, op: UnaryOp) -> Result<Tensor> {
+        ops::unary(x, op)
+    }
+
+    fn compare(&self, a: &Tensor, b: &Tensor, op: CompareOp) -> Result<Tensor> {
+        ops::compare(a, b, op)
+    }
+
+    fn where_cond(&self, cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        ops::where_cond(cond, a, b)
+    }
+
+    fn reduce(&self, x: &Tensor, axis: usize, op: ReduceOp) -> Result<Tensor> {
+        ops::reduce(x, axis, op)
+    }
+
+    fn argmax(&self, x: &Tensor, axis: usize) -> Result<Tensor> {
+        ops::argmax(x, axis)
+    }
+
+    fn argsort(&self, x: &Tensor, axis: usize, order: SortOrder) -> Result<Tensor> {
+        ops::argsort(x, axis, order)
+    }
+
+    fn cumsum(&self, x: &Tensor, axis: usize) -> Result<Tensor> {
+        ops::cumsum(x, axis)
+    }
+
+    fn embedding(&self, table: &Tensor, ids: &Tensor) -> Result<Tensor> {
+        ops::embedding(table, ids)
+    }
+
+    fn take_along_axis(&self, x: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor> {
+        ops::take_along_axis(x, indices, axis)
+    }
+
+    fn scatter(&self, x: &Tensor, indices: &Tensor, src: &Tensor, axis: usize) -> Result<Tensor> {
+        ops::scatter(x, indices, src, axis)
+    }
+
+    fn matmul(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        ops::matmul(a, b)
+    }
+
+    // ------------------------------------------------------------------ hooks (in place)
+
+    fn write_slice(&self, dst: &mut Tensor, src: &Tensor, axis: usize, start: usize) -> Result<()> {
+        fused::write_slice(dst, src, axis, start)
+    }
+
+    fn deep_copy(&self, x: &Tensor) -> Result<Tensor> {
+        fused::deep_copy(x)
+    }
+
+    // ------------------------------------------------------------------ fused ops (kernels)
+
+    fn softmax(&self, x: &Tensor, axis: usize) -> Result<Tensor> {
+        fused::softmax(x, axis)
+    }
+
+    fn gelu_tanh(&self, x: &Tensor) -> Result<Tensor> {
+        fused::gelu_tanh(x)
+    }
+
+    fn rms_norm(&self, x: &Tensor, weight: Option<&Tensor>, eps: f32) -> Result<Tensor> {
+        fused::rms_norm(x, weight, eps)
+    }
+
+    fn rope(&self, x: &Tensor, start: usize, inv_freq: &[f32]) -> Result<Tensor> {
+        fused::rope(&self.device, x, start, inv_freq)
+    }
+}

@@ -126,20 +126,22 @@ impl<B: Backend> RotatingKvCache<B> {
     ) -> Result<KvView<B>, B::Error> {
         let t = write_len(backend, keys, values)?;
         let from = self.len.saturating_sub(self.window - 1);
-        let history = self.linear(backend, from)?;
-        self.write_ring(backend, keys, values, t)?;
-        match history {
-            Some((hk, hv)) => Ok(KvView {
+        // Build the view before writing: on in-place backends the history is a view of the
+        // ring, and the write may overwrite the slots it reads.
+        let view = match self.linear(backend, from)? {
+            Some((hk, hv)) => KvView {
                 keys: backend.concat(&[&hk, keys], 2)?,
                 values: backend.concat(&[&hv, values], 2)?,
                 start: from,
-            }),
-            None => Ok(KvView {
+            },
+            None => KvView {
                 keys: keys.clone(),
                 values: values.clone(),
-                start: self.len - t,
-            }),
-        }
+                start: self.len,
+            },
+        };
+        self.write_ring(backend, keys, values, t)?;
+        Ok(view)
     }
 }
 

@@ -1,0 +1,186 @@
+//! Fused ops backed by candle-nn kernels, and the in-place cache hooks.
+
+use candle_core::{Device, Tensor};
+use mtp_core::CoreError;
+
+use crate::error::Result;
+use crate::ops::{self, require_float};
+
+/// Softmax along `axis` with `candle_nn::ops::softmax_last_dim`; another axis is moved last
+/// (transpose + contiguous) and back.
+pub(crate) fn softmax(x: &Tensor, axis: usize) -> Result<Tensor> {
+    const OP: &str = "softmax";
+    require_float(OP, x)?;
+    let rank = x.rank();
+    if axis >= rank {
+        return Err(CoreError::AxisOutOfRange { op: OP, axis, rank }.into());
+    }
+    if x.elem_count() == 0 {
+        return Ok(x.clone());
+    }
+    let last = rank - 1;
+    if axis == last {
+        return Ok(candle_nn::ops::softmax_last_dim(&x.contiguous()?)?);
+    }
+    let moved = x.transpose(axis, last)?.contiguous()?;
+    Ok(candle_nn::ops::softmax_last_dim(&moved)?.transpose(axis, last)?)
+}
+
+/// RMS norm over the last axis with `candle_nn::ops::rms_norm` (`x / sqrt(mean(x^2) + eps) * w`,
+/// the sum of squares accumulated in f32). Without a weight it runs with a weight of ones; a
+/// weight that is not `[d]` in `x`'s dtype is applied afterwards with a broadcast multiply.
+pub(crate) fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f32) -> Result<Tensor> {
+    const OP: &str = "rms_norm";
+    let rank = x.rank();
+    let Some(last) = rank.checked_sub(1) else {
+        return Err(CoreError::AxisOutOfRange {
+            op: OP,
+            axis: 0,
+            rank,
+        }
+        .into());
+    };
+    require_float(OP, x)?;
+    if x.elem_count() == 0 {
+        return match weight {
+            Some(w) => ops::binary(x, w, mtp_core::BinaryOp::Mul),
+            None => Ok(x.clone()),
+        };
+    }
+    let d = x.dims()[last];
+    let x = x.contiguous()?;
+    match weight {
+        Some(w) if w.dims() == [d] && w.dtype() == x.dtype() => {
+            Ok(candle_nn::ops::rms_norm(&x, &w.contiguous()?, eps)?)
+        }
+        other => {
+            let ones = Tensor::ones(d, x.dtype(), x.device())?;
+            let normed = candle_nn::ops::rms_norm(&x, &ones, eps)?;
+            match other {
+                Some(w) => ops::binary(&normed, w, mtp_core::BinaryOp::Mul),
+                None => Ok(normed),
+            }
+        }
+    }
+}
+
+/// Rotary embedding on `[b, h, t, d]` with `candle_nn::rotary_emb::rope` (half-split layout) on
+/// the rotated dims, the pass-through dims joined back after. The cos/sin tables are computed on
+/// the host in f32 exactly as the trait's default body does, then stored in `x`'s dtype.
+pub(crate) fn rope(device: &Device, x: &Tensor, start: usize, inv_freq: &[f32]) -> Result<Tensor> {
+    const OP: &str = "rope";
+    let dims = x.dims().to_vec();
+    let [_, _, t, d] = dims[..] else {
+        return Err(CoreError::InvalidArgument {
+            op: OP,
+            message: format!("expected [b, h, t, d], got {dims:?}"),
+        }
+        .into());
+    };
+    let half = inv_freq.len();
+    let rot = 2 * half;
+    if rot > d || half == 0 {
+        return Err(CoreError::InvalidArgument {
+            op: OP,
+            message: format!("{half} frequencies do not fit head dim {d}"),
+        }
+        .into());
+    }
+    let dtype = require_float(OP, x)?;
+    if t == 0 || x.elem_count() == 0 {
+        return Ok(x.clone());
+    }
+    let mut cos = Vec::with_capacity(t * half);
+    let mut sin = Vec::with_capacity(t * half);
+    for pos in start..start + t {
+        for &f in inv_freq {
+            let angle = pos as f32 * f;
+            cos.push(angle.cos());
+            sin.push(angle.sin());
+        }
+    }
+    let cos = ops::from_f32(device, &cos, &[t, half], dtype)?;
+    let sin = ops::from_f32(device, &sin, &[t, half], dtype)?;
+    if rot == d {
+        return Ok(candle_nn::rotary_emb::rope(&x.contiguous()?, &cos, &sin)?);
+    }
+    let rotated = candle_nn::rotary_emb::rope(&x.narrow(3, 0, rot)?.contiguous()?, &cos, &sin)?;
+    let pass = x.narrow(3, rot, d - rot)?;
+    Ok(Tensor::cat(&[&rotated, &pass], 3)?)
+}
+
+/// GELU, tanh approximation: candle's `gelu` is exactly
+/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (half dtypes computed in f32, rounded once).
+pub(crate) fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
+    require_float("gelu_tanh", x)?;
+    Ok(x.gelu()?)
+}
+
+/// Write `src` into `dst` along `axis` at `start`, in place with `Tensor::slice_set`.
+///
+/// `dst` normally is a contiguous buffer from `full`; a non-contiguous `dst` is first replaced by
+/// a contiguous copy of itself. A `src` that is not contiguous, or that shares storage with
+/// `dst`, is copied first (candle refuses to read and write one storage at once).
+pub(crate) fn write_slice(dst: &mut Tensor, src: &Tensor, axis: usize, start: usize) -> Result<()> {
+    const OP: &str = "write_slice";
+    let dst_shape = dst.dims().to_vec();
+    let src_shape = src.dims().to_vec();
+    let rank = dst_shape.len();
+    if axis >= rank {
+        return Err(CoreError::AxisOutOfRange { op: OP, axis, rank }.into());
+    }
+    let len = src_shape.get(axis).copied().unwrap_or(0);
+    let same_rank = src_shape.len() == rank;
+    let fits = start
+        .checked_add(len)
+        .is_some_and(|end| end <= dst_shape[axis]);
+    let others_match = same_rank
+        && dst_shape
+            .iter()
+            .zip(&src_shape)
+            .enumerate()
+            .all(|(i, (d, s))| i == axis || d == s);
+    if !fits || !others_match {
+        return Err(CoreError::ShapeMismatch {
+            op: OP,
+            lhs: dst_shape,
+            rhs: src_shape,
+        }
+        .into());
+    }
+    let (dt, st) = (ops::dtype_of(OP, dst)?, ops::dtype_of(OP, src)?);
+    if dt != st {
+        return Err(CoreError::DTypeMismatch {
+            op: OP,
+            expected: "src in dst's dtype",
+            got: st,
+        }
+        .into());
+    }
+    if src.elem_count() == 0 {
+        return Ok(());
+    }
+    if !dst.is_contiguous() {
+        *dst = dst.force_contiguous()?;
+    }
+    let src = if src.is_contiguous() && storage_addr(src) != storage_addr(dst) {
+        src.clone()
+    } else {
+        src.force_contiguous()?
+    };
+    dst.slice_set(&src, axis, start)?;
+    Ok(())
+}
+
+/// The address of the storage behind `x` (equal for tensors that share storage). The read guard
+/// is dropped before returning, so two calls never hold two locks at once.
+fn storage_addr(x: &Tensor) -> usize {
+    let (storage, _) = x.storage_and_layout();
+    std::ptr::from_ref::<candle_core::Storage>(&*storage).addr()
+}
+
+/// A real copy of `x`'s storage (`Tensor::copy`), so that in-place writes to either array never
+/// reach the other.
+pub(crate) fn deep_copy(x: &Tensor) -> Result<Tensor> {
+    Ok(x.copy()?)
+}
