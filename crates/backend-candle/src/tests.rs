@@ -582,13 +582,9 @@ fn engine_greedy_full_layers() -> TestResult {
     })
 }
 
-/// The default tiny model: a sliding-window layer (rotating cache) and a full one.
-///
-/// Ignored until mtp-core's `RotatingKvCache::append` builds its returned view before writing
-/// the ring: today it takes the history as a view of the ring, then writes in place (through
-/// `write_slice`), which on an in-place backend overwrites slots the view still reads.
+/// The default tiny model: a sliding-window layer (rotating cache) and a full one. This caught
+/// a rotating cache that returned a view of its ring and then wrote the ring in place.
 #[test]
-
 fn engine_greedy_default_model() -> TestResult {
     check_engine(TinyConfig::default())
 }
