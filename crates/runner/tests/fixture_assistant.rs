@@ -5,17 +5,15 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{cases, ids_array, load_pair, max_rel_err, name, Reference, B, TOLERANCE};
+use common::{cases, ids_array, load_pair, max_rel_err, name, Reference, TOLERANCE};
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
 use mtp_core::model::{MtpDrafter, TargetModel};
 use mtp_core::options::DraftOverrides;
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::Backend;
 
-#[test]
-fn first_draft_round_matches_hf() {
+fn first_draft_round_matches_hf<B: Backend>(b: &B) {
     let Some(cases) = cases() else { return };
-    let b = B::default();
     for dir in cases {
         let case = name(&dir);
         let mut reference = Reference::open(&dir);
@@ -26,16 +24,16 @@ fn first_draft_round_matches_hf() {
         let (want_logits, lshape) = reference.floats("draft_logits");
         let (want_hidden, hshape) = reference.floats("draft_hidden");
         let (want_inputs, _) = reference.floats("draft_input_hidden");
-        let (target, assistant) = load_pair(&b, &dir);
+        let (target, assistant) = load_pair(b, &dir);
         assert_eq!(
             position,
             prompt.len(),
             "{case}: the chain runs at current's position"
         );
 
-        let mut caches = target.new_caches(&b).unwrap();
+        let mut caches = target.new_caches(b).unwrap();
         let out = target
-            .forward(&b, &ids_array(&b, &prompt), 0, &mut caches)
+            .forward(b, &ids_array(b, &prompt), 0, &mut caches)
             .unwrap();
         let mut h = b.slice(&out.draft_hidden, 1, prompt.len() - 1, 1).unwrap();
         let (vocab, width) = (lshape[1], hshape[1]);
@@ -47,11 +45,9 @@ fn first_draft_round_matches_hf() {
                 &row(&want_inputs, width),
                 width,
             ));
-            let embed = target
-                .token_embeddings(&b, &ids_array(&b, &[token]))
-                .unwrap();
+            let embed = target.token_embeddings(b, &ids_array(b, &[token])).unwrap();
             let input = b.concat(&[&embed, &h], 2).unwrap();
-            let step = assistant.draft_step(&b, &input, position, &caches).unwrap();
+            let step = assistant.draft_step(b, &input, position, &caches).unwrap();
             let logits = b.to_vec_f32(&step.logits).unwrap();
             logit_err = logit_err.max(max_rel_err(&logits, &row(&want_logits, vocab), vocab));
             let projected = b.to_vec_f32(&step.projected).unwrap();
@@ -79,10 +75,8 @@ fn first_draft_round_matches_hf() {
     }
 }
 
-#[test]
-fn greedy_mtp_equals_hf_assisted_and_plain_greedy() {
+fn greedy_mtp_equals_hf_assisted_and_plain_greedy<B: Backend>(b: &B) {
     let Some(cases) = cases() else { return };
-    let b = B::default();
     for dir in cases {
         let case = name(&dir);
         let mut reference = Reference::open(&dir);
@@ -90,7 +84,7 @@ fn greedy_mtp_equals_hf_assisted_and_plain_greedy() {
         let assisted = reference.ids("assisted_ids");
         let greedy = reference.ids("greedy_ids");
         let depth = reference.ids("num_assistant_tokens")[0] as usize;
-        let (target, assistant) = load_pair(&b, &dir);
+        let (target, assistant) = load_pair(b, &dir);
         let mut request = GenerateRequest::greedy(prompt, assisted.len());
         request.draft = DraftOverrides {
             initial_draft_tokens: Some(depth),
@@ -98,7 +92,7 @@ fn greedy_mtp_equals_hf_assisted_and_plain_greedy() {
             schedule: Some(ScheduleKind::Constant),
             ..DraftOverrides::default()
         };
-        let engine = Engine::new(&b, &target)
+        let engine = Engine::new(b, &target)
             .with_drafter(&assistant)
             .with_env(Arc::new(|_| None));
         let response = engine
@@ -114,3 +108,8 @@ fn greedy_mtp_equals_hf_assisted_and_plain_greedy() {
         assert_eq!(response.tokens, greedy, "{case}: MTP vs plain greedy");
     }
 }
+
+per_backend!(
+    first_draft_round_matches_hf,
+    greedy_mtp_equals_hf_assisted_and_plain_greedy
+);

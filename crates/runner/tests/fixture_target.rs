@@ -3,28 +3,26 @@
 
 mod common;
 
-use common::{cases, ids_array, load_pair, max_rel_err, name, Reference, B, TOLERANCE};
+use common::{cases, ids_array, load_pair, max_rel_err, name, Reference, TOLERANCE};
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
 use mtp_core::model::TargetModel;
 use mtp_core::Backend;
 
-#[test]
-fn prefill_logits_and_hidden_match_hf() {
+fn prefill_logits_and_hidden_match_hf<B: Backend>(b: &B) {
     let Some(cases) = cases() else { return };
-    let b = B::default();
     for dir in cases {
         let case = name(&dir);
         let mut reference = Reference::open(&dir);
         let prompt = reference.ids("prompt_ids");
         let (want_logits, shape) = reference.floats("target_logits");
         let (want_hidden, hshape) = reference.floats("target_last_hidden");
-        let (target, _) = load_pair(&b, &dir);
-        let mut caches = target.new_caches(&b).unwrap();
+        let (target, _) = load_pair(b, &dir);
+        let mut caches = target.new_caches(b).unwrap();
         let out = target
-            .forward(&b, &ids_array(&b, &prompt), 0, &mut caches)
+            .forward(b, &ids_array(b, &prompt), 0, &mut caches)
             .unwrap();
         let logits = b
-            .to_vec_f32(&target.unembed(&b, &out.hidden).unwrap())
+            .to_vec_f32(&target.unembed(b, &out.hidden).unwrap())
             .unwrap();
         let hidden = b.to_vec_f32(&out.draft_hidden).unwrap();
         let logit_err = max_rel_err(&logits, &want_logits, shape[1]);
@@ -40,33 +38,31 @@ fn prefill_logits_and_hidden_match_hf() {
     }
 }
 
-#[test]
-fn token_by_token_decode_matches_prefill_logits() {
+fn token_by_token_decode_matches_prefill_logits<B: Backend>(b: &B) {
     let Some(cases) = cases() else { return };
-    let b = B::default();
     for dir in cases {
         let case = name(&dir);
         let mut reference = Reference::open(&dir);
         let prompt = reference.ids("prompt_ids");
         let (want, shape) = reference.floats("target_logits");
-        let (target, _) = load_pair(&b, &dir);
-        let mut caches = target.new_caches(&b).unwrap();
+        let (target, _) = load_pair(b, &dir);
+        let mut caches = target.new_caches(b).unwrap();
         // A short prefill, then one token at a time: the rotating caches wrap the window.
         let split = 3.min(prompt.len());
         let mut rows = Vec::new();
         let out = target
-            .forward(&b, &ids_array(&b, &prompt[..split]), 0, &mut caches)
+            .forward(b, &ids_array(b, &prompt[..split]), 0, &mut caches)
             .unwrap();
         rows.extend(
-            b.to_vec_f32(&target.unembed(&b, &out.hidden).unwrap())
+            b.to_vec_f32(&target.unembed(b, &out.hidden).unwrap())
                 .unwrap(),
         );
         for (p, &id) in prompt.iter().enumerate().skip(split) {
             let out = target
-                .forward(&b, &ids_array(&b, &[id]), p, &mut caches)
+                .forward(b, &ids_array(b, &[id]), p, &mut caches)
                 .unwrap();
             rows.extend(
-                b.to_vec_f32(&target.unembed(&b, &out.hidden).unwrap())
+                b.to_vec_f32(&target.unembed(b, &out.hidden).unwrap())
                     .unwrap(),
             );
         }
@@ -76,20 +72,24 @@ fn token_by_token_decode_matches_prefill_logits() {
     }
 }
 
-#[test]
-fn plain_greedy_continuation_matches_hf() {
+fn plain_greedy_continuation_matches_hf<B: Backend>(b: &B) {
     let Some(cases) = cases() else { return };
-    let b = B::default();
     for dir in cases {
         let case = name(&dir);
         let mut reference = Reference::open(&dir);
         let prompt = reference.ids("prompt_ids");
         let greedy = reference.ids("greedy_ids");
-        let (target, _) = load_pair(&b, &dir);
+        let (target, _) = load_pair(b, &dir);
         let request = GenerateRequest::greedy(prompt, greedy.len());
-        let response = Engine::new(&b, &target)
+        let response = Engine::new(b, &target)
             .generate(&request, &mut DiscardSink, &CancelToken::new())
             .unwrap();
         assert_eq!(response.tokens, greedy, "{case}: plain greedy");
     }
 }
+
+per_backend!(
+    prefill_logits_and_hidden_match_hf,
+    token_by_token_decode_matches_prefill_logits,
+    plain_greedy_continuation_matches_hf
+);
