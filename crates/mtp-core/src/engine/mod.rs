@@ -18,6 +18,15 @@
 //! caches and never rolls back. Compare-serial re-runs each batched round serially on a fork and
 //! reports the first disagreement.
 //!
+//! # Costs
+//!
+//! Greedy rounds make one host read per round (draft ids and target argmax ids together) plus
+//! the drafter's own steps, which stay on the device. Sampled rounds sample on the host with the
+//! seeded [`Sampler`](crate::sampling::Sampler), so that every backend draws the same tokens for a
+//! seed: each draft step reads its logits row, and verification reads the `k + 1` logits rows —
+//! full-vocabulary copies that a device-side top-k could shrink later. Drafting at depth 0 is a
+//! plain step: no drafter call and no speculation transaction.
+//!
 //! # Guarantees
 //!
 //! Greedy MTP emits exactly the tokens of plain greedy decode; sampled MTP emits tokens with the
