@@ -56,11 +56,10 @@ pub fn default_pair_dir() -> (PathBuf, PairSource) {
 
 /// `<workspace>/models/default`, located from this crate's source directory.
 pub fn workspace_default_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("..")
-        .join("models")
-        .join("default")
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // crates/runner -> the workspace root.
+    let root = manifest.ancestors().nth(2).unwrap_or(manifest);
+    root.join("models").join("default")
 }
 
 /// Where a default pair directory came from.

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use mtp_core::engine::{CancelToken, GenerateRequest, SinkFlow};
 use mtp_core::options::LogprobsRequest;
-use mtp_core::reference::ReferenceBackend;
 use mtp_core::Backend;
 use runner::defaults::default_pair;
 use runner::loading::LoadOptions;
 use runner::{ModelPaths, Pipeline, PromptFormat};
 
-use super::args::{BackendChoice, GenerateArgs};
+use super::args::GenerateArgs;
+use super::backend::AnyBackend;
 use super::output::{print_json, summary, TextStream};
 use super::progress::LoadProgress;
 
@@ -25,59 +25,17 @@ const EXIT_INTERRUPTED: u8 = 130;
 pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let sampling = args.sampling.options();
     sampling.validate().context("invalid sampling option")?;
+    let backend = AnyBackend::open(&args.model)?;
     let prompt = read_prompt(args.prompt.as_deref())?;
     let paths = model_paths(&args)?;
     let options = LoadOptions {
         dtype: args.model.dtype.into(),
     };
-    match args.model.backend {
-        BackendChoice::Reference => {
-            let device = args.model.device.trim();
-            if !device.eq_ignore_ascii_case("cpu") {
-                bail!(
-                    "the reference backend runs on the CPU only (asked for --device {device}); \
-                     use --backend candle for GPUs"
-                );
-            }
-            run_on(
-                ReferenceBackend::default(),
-                &args,
-                &prompt,
-                &paths,
-                &options,
-            )
-        }
-        BackendChoice::Candle => run_candle(&args, &prompt, &paths, &options),
-        BackendChoice::Mlx => {
-            bail!("the MLX backend is not built yet; use --backend candle or --backend reference")
-        }
+    match backend {
+        AnyBackend::Reference(b) => run_on(b, &args, &prompt, &paths, &options),
+        #[cfg(feature = "candle")]
+        AnyBackend::Candle(b) => run_on(b, &args, &prompt, &paths, &options),
     }
-}
-
-#[cfg(feature = "candle")]
-fn run_candle(
-    args: &GenerateArgs,
-    prompt: &str,
-    paths: &ModelPaths,
-    options: &LoadOptions,
-) -> anyhow::Result<ExitCode> {
-    let device = &args.model.device;
-    let backend = runner::backend_candle::CandleBackend::from_spec(device)
-        .with_context(|| format!("cannot use device `{device}` with the candle backend"))?;
-    run_on(backend, args, prompt, paths, options)
-}
-
-#[cfg(not(feature = "candle"))]
-fn run_candle(
-    _args: &GenerateArgs,
-    _prompt: &str,
-    _paths: &ModelPaths,
-    _options: &LoadOptions,
-) -> anyhow::Result<ExitCode> {
-    bail!(
-        "this mtp was built without the candle backend (cargo feature `candle`); rebuild with \
-         it or use --backend reference"
-    )
 }
 
 /// The prompt from the argument, else from standard input (one trailing newline dropped).

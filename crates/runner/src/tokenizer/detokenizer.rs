@@ -15,6 +15,11 @@ const REPLACEMENT: char = '\u{FFFD}';
 /// `U+FFFD` (an incomplete multi-byte sequence) it holds the text back; [`finish`](Self::finish)
 /// emits whatever is left, so nothing is dropped at the end.
 ///
+/// The pieces concatenate to the decode of all the ids, with one exception: when the ids end
+/// inside a multi-byte character that directly follows complete characters made of byte tokens,
+/// a byte-fallback decoder replaces that whole run of bytes with `U+FFFD`s, while the stream has
+/// already emitted the complete characters (and flushes `U+FFFD` for the cut one).
+///
 /// ```
 /// use runner::tokenizer::{Tokenizer, TokenizerSettings};
 ///
@@ -62,27 +67,43 @@ impl<'t> Detokenizer<'t> {
         if full.len() <= prefix.len() || full.ends_with(REPLACEMENT) {
             return Ok(None);
         }
+        let piece = self.new_text(&full, &prefix)?;
         self.prefix_offset = self.read_offset;
         self.read_offset = self.ids.len();
-        Ok(Some(new_suffix(&full, &prefix)))
+        Ok(Some(piece))
     }
 
     /// Emit whatever is still held back (an incomplete sequence decodes to `U+FFFD`, exactly as
     /// a full decode does). Later pushes continue after it.
     pub fn finish(&mut self) -> TokenizerResult<Option<String>> {
         let (prefix, full) = self.window()?;
+        let piece = if full.len() > prefix.len() {
+            Some(self.new_text(&full, &prefix)?)
+        } else {
+            None
+        };
         self.prefix_offset = self.ids.len();
         self.read_offset = self.ids.len();
-        if full.len() > prefix.len() {
-            Ok(Some(new_suffix(&full, &prefix)))
-        } else {
-            Ok(None)
-        }
+        Ok(piece)
     }
 
     /// Every id pushed so far.
     pub fn ids(&self) -> &[u32] {
         &self.ids
+    }
+
+    /// The text the ids not yet emitted add: the part of `full` after `prefix`. When the decoder
+    /// rewrote the emitted text so that `prefix` is no longer a prefix of `full` (a byte-fallback
+    /// run that ends inside a character), emitted text cannot be taken back: the new ids are then
+    /// decoded on their own.
+    fn new_text(&self, full: &str, prefix: &str) -> TokenizerResult<String> {
+        match full.strip_prefix(prefix) {
+            Some(rest) => Ok(rest.to_string()),
+            None => {
+                tracing::debug!(full, prefix, "decoder rewrote emitted text");
+                self.tokenizer.decode(&self.ids[self.read_offset..])
+            }
+        }
     }
 
     /// The decode of the window without and with the ids not yet emitted.
@@ -93,27 +114,6 @@ impl<'t> Detokenizer<'t> {
         let full = self.tokenizer.decode(&self.ids[self.prefix_offset..])?;
         Ok((prefix, full))
     }
-}
-
-/// The part of `full` after `prefix`. When a decoder rewrites earlier text so that `prefix` is
-/// not a prefix of `full` (already emitted text cannot be taken back), the part after the longest
-/// common prefix, cut at a character boundary.
-fn new_suffix(full: &str, prefix: &str) -> String {
-    if let Some(rest) = full.strip_prefix(prefix) {
-        return rest.to_string();
-    }
-    let common = full
-        .char_indices()
-        .zip(prefix.chars())
-        .find(|((_, a), b)| a != b)
-        .map(|((i, _), _)| i)
-        .unwrap_or_else(|| full.len().min(prefix.len()));
-    tracing::debug!(
-        full,
-        prefix,
-        "decoder rewrote emitted text; emitting the new part"
-    );
-    full.get(common..).unwrap_or_default().to_string()
 }
 
 #[cfg(test)]
@@ -204,10 +204,26 @@ mod tests {
             E_ACUTE.to_vec(),
         ]
         .concat();
-        for n in 0..=ids.len() {
+        // Every prefix that ends on a character boundary (or right after a non-byte token).
+        for n in [0, 1, 5, 8, 9, 10, 12] {
             let (_, text) = stream(&tok, &ids[..n]);
             assert_eq!(text, tok.decode(&ids[..n]).unwrap(), "prefix of {n} ids");
         }
+    }
+
+    #[test]
+    fn a_cut_character_after_complete_ones_keeps_them() {
+        // The byte-fallback decoder turns a whole run of byte tokens into U+FFFD when the run
+        // ends inside a character; the stream has already emitted the complete characters of
+        // the run, so it keeps them and flushes one U+FFFD per leftover byte run.
+        let tok = byte_fallback();
+        let ids = [HELLO, SMILE[0], SMILE[1], SMILE[2], SMILE[3], NICHI[0]];
+        let (_, text) = stream(&tok, &ids);
+        assert_eq!(text, " Hello🙂\u{FFFD}");
+        assert_eq!(
+            tok.decode(&ids).unwrap(),
+            " Hello\u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD}"
+        );
     }
 
     #[test]
@@ -227,12 +243,5 @@ mod tests {
         let (_, text) = stream(&tok, &ids);
         assert_eq!(text, tok.decode(&ids).unwrap());
         assert_eq!(text, "\u{FFFD} world\u{FFFD}!");
-    }
-
-    #[test]
-    fn new_suffix_after_a_rewrite_is_cut_at_a_boundary() {
-        assert_eq!(new_suffix("ab日c", "ab日"), "c");
-        assert_eq!(new_suffix("ab日c", "ab本"), "日c");
-        assert_eq!(new_suffix("abc", ""), "abc");
     }
 }
