@@ -106,6 +106,13 @@ fn unknown_backends_and_devices_not_compiled_in() {
         generate_on(&target).args(["--backend", "reference", "--device", "cuda", "w5"]),
         "the reference backend runs on the CPU only",
     );
+    if !cfg!(feature = "candle") {
+        assert_fails_with(
+            generate_on(&target).args(["--backend", "candle", "w5"]),
+            "built without the candle backend",
+        );
+        return;
+    }
     assert_fails_with(
         generate_on(&target).args(["--device", "quantum", "w5"]),
         "cannot use device `quantum`",

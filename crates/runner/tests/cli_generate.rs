@@ -50,6 +50,7 @@ fn greedy_matches_hf_on_reference() {
     greedy_matches_hf("reference");
 }
 
+#[cfg(feature = "candle")]
 #[test]
 fn greedy_matches_hf_on_candle() {
     greedy_matches_hf("candle");

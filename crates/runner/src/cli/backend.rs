@@ -1,6 +1,6 @@
 //! The backend chosen at run time: an enum over the backends compiled into this binary.
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use mtp_core::reference::ReferenceBackend;
 
 use super::args::{BackendChoice, ModelArgs};
@@ -39,6 +39,7 @@ impl AnyBackend {
 
 #[cfg(feature = "candle")]
 fn open_candle(device: &str) -> anyhow::Result<AnyBackend> {
+    use anyhow::Context;
     let backend = runner::backend_candle::CandleBackend::from_spec(device)
         .with_context(|| format!("cannot use device `{device}` with the candle backend"))?;
     Ok(AnyBackend::Candle(backend))
