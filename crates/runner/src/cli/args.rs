@@ -106,7 +106,7 @@ pub struct ModelArgs {
     /// Backend to run on.
     #[arg(long, value_enum, default_value = BackendChoice::DEFAULT)]
     pub backend: BackendChoice,
-    /// Device: cpu, cuda[:N] or metal[:N] (GPUs need the candle backend built with the
+    /// Device: cpu, cuda, cuda:N, metal or metal:N (GPUs need the candle backend built with the
     /// matching feature).
     #[arg(long, default_value = "cpu")]
     pub device: String,
