@@ -5,6 +5,8 @@ Each case writes, under ``<out>/<case>/``:
 
     target/config.json          Gemma4TextConfig of a tiny random Gemma4ForCausalLM (text only)
     target/model.safetensors    its weights (f32, save_pretrained)
+    target/tokenizer.json       a WordLevel tokenizer over the fixture vocabulary (see `write_tokenizer`)
+    target/tokenizer_config.json  add_bos_token false, special tokens, a Gemma-style chat template
     assistant/config.json       Gemma4AssistantConfig of a tiny random Gemma4AssistantForCausalLM
     assistant/model.safetensors its weights (f32, save_pretrained)
     reference.safetensors       reference tensors (see README.md)
@@ -53,6 +55,28 @@ EXPECTED_TRANSFORMERS = "5.24.0"
 
 # Special ids of the (absent) tokenizer; Gemma4TextConfig defaults.
 PAD_ID, EOS_ID, BOS_ID = 0, 1, 2
+
+# The fixture tokenizer (written next to the target's config; the weights never see it).
+# Gemma's ids for <pad> <eos> <bos> <unk>, then the chat-turn markers and the two role words.
+UNK_ID, START_OF_TURN_ID, END_OF_TURN_ID = 3, 4, 5
+SPECIAL_WORDS = {
+    PAD_ID: "<pad>",
+    EOS_ID: "<eos>",
+    BOS_ID: "<bos>",
+    UNK_ID: "<unk>",
+    START_OF_TURN_ID: "<start_of_turn>",
+    END_OF_TURN_ID: "<end_of_turn>",
+}
+ROLE_WORDS = {6: "user", 7: "model"}
+# Given to the first distinct ids (>= 8) of each greedy continuation, so the generated text has
+# multi-byte characters (2-, 3- and 4-byte UTF-8).
+MULTIBYTE_WORDS = ["é", "日本", "🙂"]
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
+    "<start_of_turn>{{ role }}\n{{ message['content'] | trim }}<end_of_turn>\n"
+    "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
 
 PROPORTIONAL_ROPE = {
     "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
@@ -605,6 +629,7 @@ def compute_case(name: str, case: dict, out_dir: Path) -> dict:
         shutil.rmtree(case_dir)
     save_model(target, case_dir / "target")
     save_model(assistant, case_dir / "assistant")
+    prompt_text = write_tokenizer(case_dir / "target", V, prompt.tolist(), greedy.tolist())
     save_file(tensors, str(case_dir / "reference.safetensors"), metadata={"format": "pt"})
     # (a single metadata key on purpose: safetensors writes a multi-key metadata map in random order)
 
@@ -620,6 +645,7 @@ def compute_case(name: str, case: dict, out_dir: Path) -> dict:
         "features": case["features"],
         "notes": case["notes"],
         "prompt_len": T,
+        "prompt_text": prompt_text,
         "sliding_window": tcfg.sliding_window,
         "target_layer_types": list(tcfg.layer_types),
         "target_kv_sharing_modes": list(tcfg.kv_sharing_modes),
@@ -652,10 +678,82 @@ def compute_case(name: str, case: dict, out_dir: Path) -> dict:
     return info
 
 
+def fixture_vocab(vocab_size: int, greedy_ids: list[int]) -> list[str]:
+    """The word of every id: Gemma's special tokens at Gemma's ids, the chat roles, multi-byte words
+    for the first distinct ids (>= 8) of the greedy continuation, and `w<id>` for the rest."""
+    words = [f"w{i}" for i in range(vocab_size)]
+    for i, w in {**SPECIAL_WORDS, **ROLE_WORDS}.items():
+        words[i] = w
+    firsts = [i for i in dict.fromkeys(greedy_ids) if i >= 8][: len(MULTIBYTE_WORDS)]
+    assert len(firsts) == len(MULTIBYTE_WORDS), f"greedy continuation too short for {MULTIBYTE_WORDS}"
+    for i, w in zip(firsts, MULTIBYTE_WORDS):
+        words[i] = w
+    assert len(set(words)) == vocab_size
+    return words
+
+
+def write_tokenizer(path: Path, vocab_size: int, prompt_ids: list[int], greedy_ids: list[int]) -> str:
+    """Write `tokenizer.json` (WordLevel over the fixture vocabulary, split on whitespace, no decoder:
+    decoding joins words with one space) and `tokenizer_config.json` (add_bos_token false, so the
+    returned prompt text, which starts with the literal `<bos>`, encodes to exactly `prompt_ids`).
+    Returns the prompt text. The weights are not touched: the tokenizer only names the ids."""
+    words = fixture_vocab(vocab_size, greedy_ids)
+    added = [
+        {"id": i, "content": w, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}
+        for i, w in sorted(SPECIAL_WORDS.items())
+    ]
+    tokenizer = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {w: i for i, w in enumerate(words)}, "unk_token": "<unk>"},
+    }
+    config = {
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "bos_token": SPECIAL_WORDS[BOS_ID],
+        "eos_token": SPECIAL_WORDS[EOS_ID],
+        "pad_token": SPECIAL_WORDS[PAD_ID],
+        "unk_token": SPECIAL_WORDS[UNK_ID],
+        "chat_template": GEMMA_CHAT_TEMPLATE,
+        "model_max_length": 256,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    tokenizer_text = json.dumps(tokenizer, indent=2, ensure_ascii=False) + "\n"
+    (path / "tokenizer.json").write_text(tokenizer_text, encoding="utf-8")
+    (path / "tokenizer_config.json").write_text(
+        json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    prompt_text = " ".join(words[i] for i in prompt_ids)
+    check_tokenizer(tokenizer_text, prompt_text, prompt_ids, greedy_ids, words)
+    return prompt_text
+
+
+def check_tokenizer(tokenizer_text: str, prompt_text: str, prompt_ids: list[int], greedy_ids: list[int],
+                    words: list[str]) -> None:
+    """With HF `tokenizers` (a transformers dependency): the prompt text encodes to `prompt_ids` without
+    special-token post-processing, and the greedy ids decode to their words joined by spaces."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(tokenizer_text)
+    got = tok.encode(prompt_text, add_special_tokens=False).ids
+    assert got == prompt_ids, f"prompt text encodes to {got}, expected {prompt_ids}"
+    special = set(SPECIAL_WORDS)
+    want = " ".join(words[i] for i in greedy_ids if i not in special)
+    assert tok.decode(greedy_ids, skip_special_tokens=True) == want
+
+
 def save_model(model, path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(path), safe_serialization=True)
-    # Keep only config.json + model.safetensors (generation_config.json is not part of the fixture).
+    # Keep only config.json + model.safetensors (generation_config.json is not part of the fixture;
+    # the target's tokenizer files are written afterwards by `write_tokenizer`).
     for f in sorted(path.iterdir()):
         if f.name not in ("config.json", "model.safetensors"):
             f.unlink()

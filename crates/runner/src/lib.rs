@@ -2,14 +2,32 @@
 //!
 //! The `mtp` command and its library:
 //!
+//! * [`Pipeline`] — load a target + drafter pair and its tokenizer on any
+//!   [`Backend`](mtp_core::Backend), generate with a text callback or a token sink (closure or
+//!   channel), and read the response with its MTP statistics;
 //! * [`models`] — the Gemma 4 text target ([`models::Gemma4Target`], a
 //!   [`TargetModel`](mtp_core::model::TargetModel)) and its assistant
 //!   ([`models::Gemma4Assistant`], an [`MtpDrafter`](mtp_core::model::MtpDrafter)), written once
 //!   over [`Backend`](mtp_core::Backend);
-//! * [`loading`] — HF model directories (config + memory-mapped safetensors) into those models.
+//! * [`loading`] — HF model directories (config + memory-mapped safetensors) into those models;
+//! * [`tokenizer`] — `tokenizer.json` with its special tokens, Gemma chat prompts and the
+//!   streaming [`Detokenizer`](tokenizer::Detokenizer);
+//! * [`defaults`] — where the default model pair lives.
 //!
-//! The tokenizer and the generate command land in their own issues.
+//! Cargo features: `candle` (default) adds the candle backend (re-exported as
+//! [`backend_candle`] when enabled), with `metal`, `cuda`, `accelerate` and `mkl` passed
+//! through; `cli` (default) builds the `mtp` program. With `default-features = false` the library
+//! builds on mtp-core and its reference backend only.
 #![warn(missing_docs)]
 
+pub mod defaults;
 pub mod loading;
 pub mod models;
+pub mod pipeline;
+pub mod tokenizer;
+
+#[cfg(feature = "candle")]
+pub use backend_candle;
+pub use defaults::ModelPaths;
+pub use pipeline::{Generation, LoadStage, ModelRole, Pipeline, PipelineError};
+pub use tokenizer::{PromptFormat, Tokenizer};

@@ -1,13 +1,24 @@
-//! The `mtp` command (placeholder until the runner issue lands).
+//! The `mtp` command. `mtp generate --help` lists every option with its default.
+
+mod cli;
 
 use std::process::ExitCode;
 
+use clap::Parser;
+
+use cli::args::{Cli, Command};
+
 fn main() -> ExitCode {
-    eprintln!(
-        "mtp: no default model yet. The Gemma 4 models, the tokenizer and `mtp generate` are \
-         not built: the runner and the tiny default pair land in their own issues. What works \
-         today is the backend-neutral engine in mtp-core; run the tests with `cargo test \
-         --workspace`."
-    );
-    ExitCode::from(2)
+    let cli = Cli::parse();
+    cli::logging::init(cli.verbose);
+    let result = match cli.command {
+        Command::Generate(args) => cli::generate::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,335 @@
+//! [`Pipeline`]: a model pair, its tokenizer and the decode engine behind one small facade.
+
+use std::path::{Path, PathBuf};
+
+use mtp_core::engine::{CancelToken, Engine, GenerateRequest, Response, SinkFlow, TokenSink};
+use mtp_core::model::TargetModel;
+use mtp_core::Backend;
+
+use crate::defaults::ModelPaths;
+use crate::loading::{load_assistant, load_target, LoadError, LoadOptions};
+use crate::models::{Gemma4Assistant, Gemma4Target};
+use crate::tokenizer::{PromptFormat, Tokenizer, TokenizerError};
+
+/// What can go wrong in a [`Pipeline`].
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// A model directory does not exist (or is not a directory).
+    #[error("the {role} model directory {} does not exist", .path.display())]
+    MissingDir {
+        /// `target` or `drafter`.
+        role: ModelRole,
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A model directory could not be loaded.
+    #[error("cannot load the {role} model from {}", .path.display())]
+    Load {
+        /// `target` or `drafter`.
+        role: ModelRole,
+        /// The directory.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: LoadError,
+    },
+    /// The tokenizer could not be loaded or used.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// The prompt has no tokens.
+    #[error("the prompt is empty: give some text")]
+    EmptyPrompt,
+    /// The prompt does not fit the context.
+    #[error(
+        "the prompt has {prompt} tokens but the model's context holds {context} (prompt and \
+         generated tokens together); shorten the prompt"
+    )]
+    PromptTooLong {
+        /// Prompt tokens.
+        prompt: usize,
+        /// The model's context.
+        context: usize,
+    },
+    /// The engine failed while generating.
+    #[error("generation failed")]
+    Generate(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Which model of a pair an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelRole {
+    /// The target model.
+    Target,
+    /// The MTP drafter.
+    Drafter,
+}
+
+impl std::fmt::Display for ModelRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ModelRole::Target => "target",
+            ModelRole::Drafter => "drafter",
+        })
+    }
+}
+
+/// A step of [`Pipeline::load_with_progress`], for progress displays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadStage {
+    /// Reading the tokenizer.
+    Tokenizer,
+    /// Loading the target's weights.
+    Target,
+    /// Loading the drafter's weights.
+    Drafter,
+}
+
+impl std::fmt::Display for LoadStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LoadStage::Tokenizer => "reading the tokenizer",
+            LoadStage::Target => "loading the target model",
+            LoadStage::Drafter => "loading the drafter",
+        })
+    }
+}
+
+/// The result of [`Pipeline::generate_text`].
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// The engine's response: generated ids, done reason, counts, durations, MTP statistics.
+    pub response: Response,
+    /// The decode of the generated ids (special tokens skipped).
+    pub text: String,
+}
+
+/// A Gemma 4 target, an optional MTP drafter and the target's tokenizer on one backend.
+///
+/// ```
+/// use mtp_core::engine::{CancelToken, GenerateRequest, SinkFlow};
+/// use mtp_core::reference::ReferenceBackend;
+/// use runner::{ModelPaths, Pipeline, PromptFormat};
+///
+/// # fn main() -> Result<(), runner::PipelineError> {
+/// # let case = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+/// #     .join("../../tests/fixtures/gemma4/swa_basic");
+/// let paths = ModelPaths { target: case.join("target"), drafter: Some(case.join("assistant")) };
+/// let pipeline = Pipeline::load(ReferenceBackend::default(), &paths, &Default::default())?;
+///
+/// // Greedy by default; EOS from the model's configuration.
+/// let prompt = pipeline.encode("<bos> w45 w109", PromptFormat::Raw)?;
+/// let mut request = GenerateRequest::greedy(prompt, 8);
+/// request.eos = pipeline.tokenizer().eos_ids().to_vec();
+///
+/// // Text streams through the callback as it is produced...
+/// let mut streamed = String::new();
+/// let out = pipeline.generate_text(
+///     &request,
+///     &mut |piece: &str| {
+///         streamed.push_str(piece);
+///         SinkFlow::Continue
+///     },
+///     &CancelToken::new(),
+/// )?;
+/// assert_eq!(streamed, out.text);
+/// // ...and the response carries the ids and the MTP statistics.
+/// let stats = out.response.mtp.as_ref().expect("a drafter was loaded");
+/// assert!(stats.iterations > 0);
+///
+/// // Token ids can go to a channel instead (a closed receiver stops generation).
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// let response = pipeline.generate(&request, &mut tx.clone(), &CancelToken::new())?;
+/// drop(tx);
+/// assert_eq!(rx.iter().collect::<Vec<u32>>(), response.tokens);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Pipeline<B: Backend> {
+    backend: B,
+    target: Gemma4Target<B>,
+    drafter: Option<Gemma4Assistant<B>>,
+    tokenizer: Tokenizer,
+}
+
+impl<B: Backend> std::fmt::Debug for Pipeline<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("backend", &self.backend.name())
+            .field("drafter", &self.drafter.is_some())
+            .finish()
+    }
+}
+
+fn check_dir(role: ModelRole, path: &Path) -> Result<(), PipelineError> {
+    if path.is_dir() {
+        Ok(())
+    } else {
+        Err(PipelineError::MissingDir {
+            role,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+impl<B: Backend> Pipeline<B> {
+    /// Load the pair in `paths` (the tokenizer comes from the target's directory).
+    pub fn load(
+        backend: B,
+        paths: &ModelPaths,
+        options: &LoadOptions,
+    ) -> Result<Self, PipelineError> {
+        Self::load_with_progress(backend, paths, options, &mut |_| {})
+    }
+
+    /// [`load`](Self::load), telling `progress` each stage as it starts.
+    pub fn load_with_progress(
+        backend: B,
+        paths: &ModelPaths,
+        options: &LoadOptions,
+        progress: &mut dyn FnMut(LoadStage),
+    ) -> Result<Self, PipelineError> {
+        check_dir(ModelRole::Target, &paths.target)?;
+        if let Some(drafter) = &paths.drafter {
+            check_dir(ModelRole::Drafter, drafter)?;
+        }
+        progress(LoadStage::Tokenizer);
+        let tokenizer = Tokenizer::from_dir(&paths.target)?;
+        progress(LoadStage::Target);
+        let target = load_target(&backend, &paths.target, options).map_err(|source| {
+            PipelineError::Load {
+                role: ModelRole::Target,
+                path: paths.target.clone(),
+                source,
+            }
+        })?;
+        let drafter = match &paths.drafter {
+            Some(dir) => {
+                progress(LoadStage::Drafter);
+                Some(
+                    load_assistant(&backend, dir, &target, options).map_err(|source| {
+                        PipelineError::Load {
+                            role: ModelRole::Drafter,
+                            path: dir.clone(),
+                            source,
+                        }
+                    })?,
+                )
+            }
+            None => None,
+        };
+        if tokenizer.vocab_size() > target.vocab_size() {
+            tracing::warn!(
+                tokenizer = tokenizer.vocab_size(),
+                model = target.vocab_size(),
+                "the tokenizer has more tokens than the model's vocabulary"
+            );
+        }
+        Ok(Self {
+            backend,
+            target,
+            drafter,
+            tokenizer,
+        })
+    }
+
+    /// The backend the models run on.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The target model.
+    pub fn target(&self) -> &Gemma4Target<B> {
+        &self.target
+    }
+
+    /// The drafter, when one was loaded.
+    pub fn drafter(&self) -> Option<&Gemma4Assistant<B>> {
+        self.drafter.as_ref()
+    }
+
+    /// The longest sequence (prompt + generated tokens) the target accepts.
+    pub fn max_context(&self) -> usize {
+        self.target.max_context()
+    }
+
+    /// A decode engine over the target and the drafter (when loaded).
+    pub fn engine(&self) -> Engine<'_, B> {
+        let engine = Engine::new(&self.backend, &self.target);
+        match &self.drafter {
+            Some(drafter) => engine.with_drafter(drafter),
+            None => engine,
+        }
+    }
+
+    /// Token ids of a prompt (see [`Tokenizer::encode_prompt`]), checked to be non-empty and to
+    /// fit the context.
+    pub fn encode(&self, prompt: &str, format: PromptFormat) -> Result<Vec<u32>, PipelineError> {
+        let ids = self.tokenizer.encode_prompt(prompt, format)?;
+        self.check_prompt(&ids)?;
+        Ok(ids)
+    }
+
+    fn check_prompt(&self, ids: &[u32]) -> Result<(), PipelineError> {
+        if ids.is_empty() {
+            return Err(PipelineError::EmptyPrompt);
+        }
+        let context = self.max_context();
+        if ids.len() >= context {
+            return Err(PipelineError::PromptTooLong {
+                prompt: ids.len(),
+                context,
+            });
+        }
+        Ok(())
+    }
+
+    /// Generate; token ids go to `sink` as they are committed (a closure, a channel sender, ...).
+    pub fn generate(
+        &self,
+        request: &GenerateRequest,
+        sink: &mut dyn TokenSink,
+        cancel: &CancelToken,
+    ) -> Result<Response, PipelineError> {
+        self.check_prompt(&request.prompt)?;
+        self.engine()
+            .generate(request, sink, cancel)
+            .map_err(|e| PipelineError::Generate(Box::new(e)))
+    }
+
+    /// Generate; text goes to `on_text` piece by piece as it is produced (never a partial
+    /// character; see [`Detokenizer`](crate::tokenizer::Detokenizer)). `on_text` may stop the
+    /// generation by returning [`SinkFlow::Stop`].
+    pub fn generate_text(
+        &self,
+        request: &GenerateRequest,
+        on_text: &mut dyn FnMut(&str) -> SinkFlow,
+        cancel: &CancelToken,
+    ) -> Result<Generation, PipelineError> {
+        let mut detok = self.tokenizer.detokenizer();
+        let mut failure = None;
+        let response = {
+            let mut sink = |id: u32| match detok.push(id) {
+                Ok(Some(piece)) => on_text(&piece),
+                Ok(None) => SinkFlow::Continue,
+                Err(e) => {
+                    failure = Some(e);
+                    SinkFlow::Stop
+                }
+            };
+            self.generate(request, &mut sink, cancel)?
+        };
+        if let Some(e) = failure {
+            return Err(e.into());
+        }
+        if let Some(rest) = detok.finish()? {
+            on_text(&rest);
+        }
+        let text = self.tokenizer.decode(&response.tokens)?;
+        Ok(Generation { response, text })
+    }
+}

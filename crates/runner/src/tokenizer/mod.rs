@@ -1,0 +1,158 @@
+//! The tokenizer of a model directory: `tokenizer.json` through the `tokenizers` crate, special
+//! tokens from `config.json` / `generation_config.json` / `tokenizer_config.json`, Gemma chat
+//! prompts, and streaming detokenization ([`Detokenizer`]).
+
+mod chat;
+mod detokenizer;
+mod error;
+mod special;
+
+use std::path::Path;
+
+pub use chat::{BosInTemplate, ChatFormat};
+pub use detokenizer::Detokenizer;
+pub use error::{TokenizerError, TokenizerResult};
+pub use special::TokenizerSettings;
+
+/// How a prompt's text becomes token ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PromptFormat {
+    /// The text as is (BOS added when the tokenizer configuration says so).
+    #[default]
+    Raw,
+    /// One user turn of the model's chat template, ending where the model's answer starts.
+    Chat,
+}
+
+/// A model's tokenizer and its special tokens.
+#[derive(Debug, Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    settings: TokenizerSettings,
+}
+
+impl Tokenizer {
+    /// Load the tokenizer of the model directory `dir`: `tokenizer.json` (required) and the
+    /// optional side files (see [`TokenizerSettings`]). Special tokens named only by string in
+    /// `tokenizer_config.json` are looked up in the vocabulary.
+    pub fn from_dir(dir: &Path) -> TokenizerResult<Self> {
+        let path = dir.join("tokenizer.json");
+        let bytes = std::fs::read(&path).map_err(|e| TokenizerError::MissingFile {
+            path: path.clone(),
+            reason: match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    "no such file (the model directory needs its tokenizer.json)".to_string()
+                }
+                _ => e.to_string(),
+            },
+        })?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| {
+            TokenizerError::BadTokenizer {
+                path: path.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        let (mut settings, names) = special::read_settings(dir)?;
+        if settings.bos.is_none() {
+            settings.bos = names.bos.as_deref().and_then(|n| inner.token_to_id(n));
+        }
+        if settings.eos.is_empty() {
+            settings
+                .eos
+                .extend(names.eos.as_deref().and_then(|n| inner.token_to_id(n)));
+        }
+        Ok(Self { inner, settings })
+    }
+
+    /// A tokenizer from the text of a `tokenizer.json` and explicit settings (tests, embedding).
+    pub fn from_json(json: &str, settings: TokenizerSettings) -> TokenizerResult<Self> {
+        let inner =
+            json.parse::<tokenizers::Tokenizer>()
+                .map_err(|e| TokenizerError::BadTokenizer {
+                    path: "<tokenizer.json text>".into(),
+                    reason: e.to_string(),
+                })?;
+        Ok(Self { inner, settings })
+    }
+
+    /// The special-token settings in use.
+    pub fn settings(&self) -> &TokenizerSettings {
+        &self.settings
+    }
+
+    /// The ids that end generation.
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.settings.eos
+    }
+
+    /// The BOS id, if known.
+    pub fn bos_id(&self) -> Option<u32> {
+        self.settings.bos
+    }
+
+    /// Vocabulary size, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The underlying `tokenizers` tokenizer.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    /// Token ids of `text` with no special tokens added (special tokens written in the text,
+    /// such as `<bos>`, are still recognised).
+    pub fn encode_plain(&self, text: &str) -> TokenizerResult<Vec<u32>> {
+        self.inner
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| TokenizerError::Encode {
+                reason: e.to_string(),
+            })
+    }
+
+    /// Token ids of a prompt. [`PromptFormat::Raw`] adds BOS when `add_bos_token` is set (and
+    /// the text does not already start with it); [`PromptFormat::Chat`] renders one user turn
+    /// with the model's chat template ([`ChatFormat`]; Gemma's turn format only).
+    pub fn encode_prompt(&self, text: &str, format: PromptFormat) -> TokenizerResult<Vec<u32>> {
+        let (body, with_bos) = match format {
+            PromptFormat::Raw => (self.encode_plain(text)?, self.settings.add_bos),
+            PromptFormat::Chat => {
+                let chat = ChatFormat::detect(
+                    self.settings.chat_template.as_deref(),
+                    &self.settings.tokenizer_config_path,
+                )?;
+                (
+                    self.encode_plain(&chat.render(text))?,
+                    chat.starts_with_bos(),
+                )
+            }
+        };
+        Ok(self.with_bos(body, with_bos))
+    }
+
+    fn with_bos(&self, mut ids: Vec<u32>, wanted: bool) -> Vec<u32> {
+        match (wanted, self.settings.bos) {
+            (true, Some(bos)) if ids.first() != Some(&bos) => ids.insert(0, bos),
+            (true, None) => {
+                tracing::warn!("the tokenizer asks for BOS but no BOS id is known; none added")
+            }
+            _ => {}
+        }
+        ids
+    }
+
+    /// The text of `ids`, special tokens skipped.
+    pub fn decode(&self, ids: &[u32]) -> TokenizerResult<String> {
+        self.inner
+            .decode(ids, true)
+            .map_err(|e| TokenizerError::Decode {
+                reason: e.to_string(),
+            })
+    }
+
+    /// A streaming detokenizer over this tokenizer.
+    pub fn detokenizer(&self) -> Detokenizer<'_> {
+        Detokenizer::new(self)
+    }
+}
