@@ -69,35 +69,17 @@ pub(crate) fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f32) -> Result<
 /// the host in f32 exactly as the trait's default body does, then stored in `x`'s dtype.
 pub(crate) fn rope(device: &Device, x: &Tensor, start: usize, inv_freq: &[f32]) -> Result<Tensor> {
     const OP: &str = "rope";
-    let dims = x.dims().to_vec();
-    let [_, _, t, d] = dims[..] else {
-        return Err(CoreError::InvalidArgument {
-            op: OP,
-            message: format!("expected [b, h, t, d], got {dims:?}"),
-        }
-        .into());
-    };
-    let half = inv_freq.len();
+    let mtp_core::RopeTables {
+        t,
+        head_dim: d,
+        half,
+        cos,
+        sin,
+    } = mtp_core::RopeTables::new(x.dims(), start, inv_freq)?;
     let rot = 2 * half;
-    if rot > d || half == 0 {
-        return Err(CoreError::InvalidArgument {
-            op: OP,
-            message: format!("{half} frequencies do not fit head dim {d}"),
-        }
-        .into());
-    }
     let dtype = require_float(OP, x)?;
     if t == 0 || x.elem_count() == 0 {
         return Ok(x.clone());
-    }
-    let mut cos = Vec::with_capacity(t * half);
-    let mut sin = Vec::with_capacity(t * half);
-    for pos in start..start + t {
-        for &f in inv_freq {
-            let angle = pos as f32 * f;
-            cos.push(angle.cos());
-            sin.push(angle.sin());
-        }
     }
     let cos = ops::from_f32(device, &cos, &[t, half], dtype)?;
     let sin = ops::from_f32(device, &sin, &[t, half], dtype)?;

@@ -174,6 +174,58 @@ impl AttentionMask {
     }
 }
 
+/// The cos/sin tables of a [`Backend::rope`] call, computed on the host in `f32` (shared by the
+/// default body and backend kernels so every backend rotates by the same angles).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeTables {
+    /// Positions (rows of the tables).
+    pub t: usize,
+    /// Head dimension of `x`.
+    pub head_dim: usize,
+    /// Rotated pairs (`inv_freq.len()`); dims `2 * half ..` pass through.
+    pub half: usize,
+    /// `cos(position * inv_freq[i])`, row-major `[t, half]`.
+    pub cos: Vec<f32>,
+    /// `sin(position * inv_freq[i])`, row-major `[t, half]`.
+    pub sin: Vec<f32>,
+}
+
+impl RopeTables {
+    /// Check `shape` (`[b, h, t, d]`) against `inv_freq` and build the tables for positions
+    /// `start .. start + t`.
+    pub fn new(shape: &[usize], start: usize, inv_freq: &[f32]) -> Result<Self, CoreError> {
+        let [_, _, t, d] = shape[..] else {
+            return Err(CoreError::InvalidArgument {
+                op: "rope",
+                message: format!("expected [b, h, t, d], got {shape:?}"),
+            });
+        };
+        let half = inv_freq.len();
+        if 2 * half > d || half == 0 {
+            return Err(CoreError::InvalidArgument {
+                op: "rope",
+                message: format!("{half} frequencies do not fit head dim {d}"),
+            });
+        }
+        let mut cos = Vec::with_capacity(t * half);
+        let mut sin = Vec::with_capacity(t * half);
+        for pos in start..start + t {
+            for &f in inv_freq {
+                let angle = pos as f32 * f;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        Ok(Self {
+            t,
+            head_dim: d,
+            half,
+            cos,
+            sin,
+        })
+    }
+}
+
 /// The array backend every model, cache and decode loop is written against.
 ///
 /// See the [module docs](self) for the conventions. Implementations: the host
@@ -532,33 +584,15 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
         start: usize,
         inv_freq: &[f32],
     ) -> Result<Self::Array, Self::Error> {
-        let shape = self.shape(x);
-        let [_, _, t, d] = shape[..] else {
-            return Err(CoreError::InvalidArgument {
-                op: "rope",
-                message: format!("expected [b, h, t, d], got {shape:?}"),
-            }
-            .into());
-        };
-        let half = inv_freq.len();
+        let RopeTables {
+            t,
+            head_dim: d,
+            half,
+            cos,
+            sin,
+        } = RopeTables::new(&self.shape(x), start, inv_freq)?;
         let rot = 2 * half;
-        if rot > d || half == 0 {
-            return Err(CoreError::InvalidArgument {
-                op: "rope",
-                message: format!("{half} frequencies do not fit head dim {d}"),
-            }
-            .into());
-        }
         let dtype = self.dtype(x);
-        let mut cos = Vec::with_capacity(t * half);
-        let mut sin = Vec::with_capacity(t * half);
-        for pos in start..start + t {
-            for &f in inv_freq {
-                let angle = pos as f32 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
         let cos = self.from_f32(&cos, &[t, half], dtype)?;
         let sin = self.from_f32(&sin, &[t, half], dtype)?;
         let x1 = self.slice(x, 3, 0, half)?;
