@@ -105,31 +105,7 @@ pub(crate) fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
 /// `dst`, is copied first (candle refuses to read and write one storage at once).
 pub(crate) fn write_slice(dst: &mut Tensor, src: &Tensor, axis: usize, start: usize) -> Result<()> {
     const OP: &str = "write_slice";
-    let dst_shape = dst.dims().to_vec();
-    let src_shape = src.dims().to_vec();
-    let rank = dst_shape.len();
-    if axis >= rank {
-        return Err(CoreError::AxisOutOfRange { op: OP, axis, rank }.into());
-    }
-    let len = src_shape.get(axis).copied().unwrap_or(0);
-    let same_rank = src_shape.len() == rank;
-    let fits = start
-        .checked_add(len)
-        .is_some_and(|end| end <= dst_shape[axis]);
-    let others_match = same_rank
-        && dst_shape
-            .iter()
-            .zip(&src_shape)
-            .enumerate()
-            .all(|(i, (d, s))| i == axis || d == s);
-    if !fits || !others_match {
-        return Err(CoreError::ShapeMismatch {
-            op: OP,
-            lhs: dst_shape,
-            rhs: src_shape,
-        }
-        .into());
-    }
+    mtp_core::backend::check_write_slice(dst.dims(), src.dims(), axis, start)?;
     let (dt, st) = (ops::dtype_of(OP, dst)?, ops::dtype_of(OP, src)?);
     if dt != st {
         return Err(CoreError::DTypeMismatch {

@@ -174,6 +174,40 @@ impl AttentionMask {
     }
 }
 
+/// Check a [`Backend::write_slice`] of a `src` shape into a `dst` shape along `axis` at `start`
+/// (same rank, equal dims off `axis`, fits inside `dst`) and return the written length.
+pub fn check_write_slice(
+    dst: &[usize],
+    src: &[usize],
+    axis: usize,
+    start: usize,
+) -> Result<usize, CoreError> {
+    let rank = dst.len();
+    if axis >= rank {
+        return Err(CoreError::AxisOutOfRange {
+            op: "write_slice",
+            axis,
+            rank,
+        });
+    }
+    let len = src.get(axis).copied().unwrap_or(0);
+    let fits = start.checked_add(len).is_some_and(|end| end <= dst[axis]);
+    let others_match = src.len() == rank
+        && dst
+            .iter()
+            .zip(src)
+            .enumerate()
+            .all(|(i, (d, s))| i == axis || d == s);
+    if !fits || !others_match {
+        return Err(CoreError::ShapeMismatch {
+            op: "write_slice",
+            lhs: dst.to_vec(),
+            rhs: src.to_vec(),
+        });
+    }
+    Ok(len)
+}
+
 /// The cos/sin tables of a [`Backend::rope`] call, computed on the host in `f32` (shared by the
 /// default body and backend kernels so every backend rotates by the same angles).
 #[derive(Debug, Clone, PartialEq)]
@@ -388,33 +422,7 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
         start: usize,
     ) -> Result<(), Self::Error> {
         let dst_shape = self.shape(dst);
-        let src_shape = self.shape(src);
-        let rank = dst_shape.len();
-        if axis >= rank {
-            return Err(CoreError::AxisOutOfRange {
-                op: "write_slice",
-                axis,
-                rank,
-            }
-            .into());
-        }
-        let len = src_shape.get(axis).copied().unwrap_or(0);
-        let same_rank = src_shape.len() == rank;
-        let fits = start + len <= dst_shape[axis];
-        let others_match = same_rank
-            && dst_shape
-                .iter()
-                .zip(&src_shape)
-                .enumerate()
-                .all(|(i, (d, s))| i == axis || d == s);
-        if !fits || !others_match {
-            return Err(CoreError::ShapeMismatch {
-                op: "write_slice",
-                lhs: dst_shape,
-                rhs: src_shape,
-            }
-            .into());
-        }
+        let len = check_write_slice(&dst_shape, &self.shape(src), axis, start)?;
         let total = dst_shape[axis];
         let mut parts = Vec::with_capacity(3);
         let head = self.slice(dst, axis, 0, start)?;
