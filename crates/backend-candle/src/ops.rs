@@ -107,28 +107,11 @@ fn check_axis(op: &'static str, axis: usize, rank: usize) -> Result<()> {
 }
 
 fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .ok_or_else(|| {
-            CoreError::InvalidArgument {
-                op,
-                message: format!("shape {shape:?} has too many elements"),
-            }
-            .into()
-        })
+    Ok(mtp_core::backend::checked_numel(op, shape)?)
 }
 
 fn check_len(op: &'static str, len: usize, shape: &[usize]) -> Result<()> {
-    let numel = checked_numel(op, shape)?;
-    if numel != len {
-        return Err(CoreError::InvalidArgument {
-            op,
-            message: format!("{len} values for shape {shape:?} ({numel} elements)"),
-        }
-        .into());
-    }
-    Ok(())
+    Ok(mtp_core::backend::check_data_len(op, len, shape)?)
 }
 
 /// NumPy broadcast of two shapes.

@@ -174,6 +174,30 @@ impl AttentionMask {
     }
 }
 
+/// The element count of `shape`, or an error naming `op` when it overflows `usize`.
+pub fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize, CoreError> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| CoreError::InvalidArgument {
+            op,
+            message: format!("shape {shape:?} is too large"),
+        })
+}
+
+/// An error naming `op` unless `len` host values exactly fill `shape` (for the `from_*`
+/// constructors of every backend).
+pub fn check_data_len(op: &'static str, len: usize, shape: &[usize]) -> Result<(), CoreError> {
+    let numel = checked_numel(op, shape)?;
+    if numel != len {
+        return Err(CoreError::InvalidArgument {
+            op,
+            message: format!("{len} values for shape {shape:?} ({numel} elements)"),
+        });
+    }
+    Ok(())
+}
+
 /// Check a [`Backend::write_slice`] of a `src` shape into a `dst` shape along `axis` at `start`
 /// (same rank, equal dims off `axis`, fits inside `dst`) and return the written length.
 pub fn check_write_slice(

@@ -189,15 +189,7 @@ pub(super) fn float_to_int(op: &'static str, dtype: DType, v: f64) -> CoreResult
 // ---------------------------------------------------------------------------- validation
 
 /// The element count of `shape`, or an error when it overflows.
-pub(super) fn checked_numel(op: &'static str, shape: &[usize]) -> CoreResult<usize> {
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| CoreError::InvalidArgument {
-            op,
-            message: format!("shape {shape:?} is too large"),
-        })
-}
+pub(super) use crate::backend::checked_numel;
 
 /// An error unless `axis < rank`.
 pub(super) fn check_axis(op: &'static str, axis: usize, rank: usize) -> CoreResult<()> {

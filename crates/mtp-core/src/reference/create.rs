@@ -5,17 +5,7 @@ use super::array::{
 };
 use crate::{CoreError, CoreResult, DType};
 
-/// An error unless `len` values fill `shape`.
-fn check_len(op: &'static str, len: usize, shape: &[usize]) -> CoreResult<()> {
-    let numel = checked_numel(op, shape)?;
-    if numel != len {
-        return Err(CoreError::InvalidArgument {
-            op,
-            message: format!("{len} values for shape {shape:?} ({numel} elements)"),
-        });
-    }
-    Ok(())
-}
+use crate::backend::check_data_len as check_len;
 
 pub(super) fn from_f32(data: &[f32], shape: &[usize], dtype: DType) -> CoreResult<HostArray> {
     const OP: &str = "from_f32";
