@@ -151,3 +151,61 @@ fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
     }
     Ok(prompts)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pass_rotates_the_variant_order() {
+        let plan = Plan {
+            prompts_file: PathBuf::new(),
+            prompts: vec!["a".into(); 5],
+            num_predict: 4,
+            reps: 2,
+            warmup: 1,
+            variants: vec![Variant::Plain, Variant::Depth(1), Variant::Depth(2)],
+            max_width: 3,
+            cost_reps: 1,
+            sampling: SamplerOptions::default(),
+            eos: EosPolicy::Ignore,
+            quick: false,
+        };
+        assert_eq!(plan.order(0), vec![0, 1, 2]);
+        assert_eq!(plan.order(1), vec![1, 2, 0]);
+        assert_eq!(plan.order(3), vec![0, 1, 2]);
+        let passes: Vec<Pass> = plan.passes().collect();
+        assert_eq!(
+            passes,
+            vec![Pass::Warmup, Pass::Measured(0), Pass::Measured(1)]
+        );
+        assert_eq!(plan.prompts_of(Pass::Warmup), 0..3);
+        assert_eq!(plan.prompts_of(Pass::Measured(1)), 0..5);
+    }
+
+    #[test]
+    fn prompt_files_skip_comments_and_blank_lines() {
+        let dir = std::env::temp_dir().join(format!("mtp-bench-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("prompts.txt");
+        std::fs::write(&file, "# header\n\n  In the beginning \nJesus wept\n").expect("write");
+        assert_eq!(
+            read_prompts(&file).expect("prompts"),
+            vec!["In the beginning".to_string(), "Jesus wept".to_string()]
+        );
+        std::fs::write(&file, "# only a comment\n").expect("write");
+        assert!(read_prompts(&file).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_committed_prompt_set_is_varied() {
+        let prompts = read_prompts(&default_prompts_file()).expect("benches/prompts.txt");
+        assert!(prompts.len() >= 20, "{} prompts", prompts.len());
+        let words: Vec<usize> = prompts
+            .iter()
+            .map(|p| p.split_whitespace().count())
+            .collect();
+        assert!(words.iter().min() <= Some(&2) && words.iter().max() >= Some(&50));
+    }
+}

@@ -330,3 +330,70 @@ fn best_fixed_depth(variants: &[VariantReport]) -> Option<(usize, f64)> {
         .filter_map(|v| Some((v.depth?, v.decode_tokens_per_second?.median)))
         .max_by(|a, b| a.1.total_cmp(&b.1))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::bench::measure::Acceptance;
+
+    fn record(variant: Variant, acceptance: Acceptance) -> VariantRecord {
+        VariantRecord {
+            variant,
+            mode: DecodeMode::GreedyMtp,
+            passes: Vec::new(),
+            acceptance,
+            tokens: Vec::new(),
+            repeatable: true,
+        }
+    }
+
+    #[test]
+    fn ideal_speedup_of_a_fixed_depth_is_the_issue_formula() {
+        // 10 rounds at depth 2, 15 drafts accepted: E[L] = 2.5.
+        let acceptance = Acceptance {
+            rounds: 10,
+            drafted: 20,
+            accepted: 15,
+            per_position: vec![(10, 9), (10, 6)],
+        };
+        let costs = Costs {
+            t_v: vec![Some(1.0), Some(1.1), Some(1.2)],
+            t_d: Some(0.1),
+        };
+        let ideal = costs.ideal(&record(Variant::Depth(2), acceptance));
+        let expected = 2.5 * 1.0 / (2.0 * 0.1 + 1.2);
+        assert!((ideal.expect("ideal") - expected).abs() < 1e-12);
+    }
+
+    #[test]
+    fn ideal_speedup_weighs_mixed_depths_and_plain_rounds() {
+        // 4 rounds: depth 0, 1, 2, 2; accepted 0 + 1 + 2 + 1 = 4 → 8 tokens emitted.
+        let acceptance = Acceptance {
+            rounds: 4,
+            drafted: 5,
+            accepted: 4,
+            per_position: vec![(3, 3), (2, 1)],
+        };
+        let costs = Costs {
+            t_v: vec![Some(1.0), Some(1.5), Some(2.0)],
+            t_d: Some(0.5),
+        };
+        let ideal = costs.ideal(&record(
+            Variant::Schedule(ScheduleKind::Adaptive),
+            acceptance,
+        ));
+        let cost = 1.0 + (0.5 + 1.5) + 2.0 * (1.0 + 2.0);
+        assert!((ideal.expect("ideal") - 8.0 / cost).abs() < 1e-12);
+        let missing = Costs {
+            t_v: vec![Some(1.0)],
+            t_d: Some(0.5),
+        };
+        let acceptance = Acceptance {
+            rounds: 1,
+            drafted: 1,
+            accepted: 1,
+            per_position: vec![(1, 1)],
+        };
+        assert_eq!(missing.ideal(&record(Variant::Depth(1), acceptance)), None);
+    }
+}
