@@ -116,6 +116,7 @@ fn run_on<B: Backend>(
         prompts_file: plan.prompts_file.display().to_string(),
         prompts: plan.prompts.len(),
         prompt_tokens: spread::Spread::of(lengths),
+        prompt_ids: prompt_ids.clone(),
         num_predict: plan.num_predict,
         reps: plan.reps,
         warmup: plan.warmup,

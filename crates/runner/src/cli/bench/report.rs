@@ -58,6 +58,8 @@ pub struct Setup {
     pub prompts: usize,
     /// Prompt lengths in tokens.
     pub prompt_tokens: Option<Spread>,
+    /// Each prompt's token ids (peers reuse them, so that every row decodes the same input).
+    pub prompt_ids: Vec<Vec<u32>>,
     /// Tokens generated per prompt.
     pub num_predict: usize,
     /// Measured passes.
