@@ -247,7 +247,8 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--target", type=Path, default=target, help="target model directory [default pair]")
     p.add_argument("--assistant", type=Path, default=assistant, help="assistant directory [default pair]")
-    p.add_argument("--prompts", type=Path, default=REPO / "benches" / "prompts.txt")
+    p.add_argument("--prompts", type=Path, default=None,
+                   help="prompt file [ours' prompts_file with --ours, else benches/prompts.txt]")
     p.add_argument("--ours", type=Path, help="our `mtp bench` JSON: reuse its prompt ids and "
                    "num_predict, and print ours / peer")
     p.add_argument("--num-predict", "-n", type=int, default=None, help="tokens per prompt [ours, else 128]")
@@ -273,6 +274,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     ours = json.loads(args.ours.read_text()) if args.ours else None
+    if args.prompts is None:
+        args.prompts = Path(ours["setup"]["prompts_file"]) if ours else REPO / "benches" / "prompts.txt"
     prompts = read_prompts(args.prompts)
     prompt_ids = encode(args.target, prompts)
     if ours:

@@ -175,8 +175,9 @@ pub fn run_passes<B: Backend>(
         .iter()
         .map(|&v| new_record(engine, work, v))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let total = plan.warmup + plan.reps;
     for (index, pass) in plan.passes().enumerate() {
-        tracing::info!(?pass, "benchmark pass");
+        eprintln!("bench: pass {}/{total} ({pass:?})", index + 1);
         for v in plan.order(index) {
             let record = &mut records[v];
             let mut totals = PassTotals::default();
