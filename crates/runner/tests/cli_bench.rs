@@ -176,23 +176,24 @@ fn bench_needs_a_drafter() {
     assert_fails_with(&mut cmd, "needs a drafter");
 }
 
-#[test]
-fn bench_rejects_a_missing_prompt_file_and_depth_zero() {
+/// `mtp bench` on the copy_drafter pair.
+fn bench_on_fixture() -> assert_cmd::Command {
     let case = Case::named("copy_drafter");
     let mut cmd = mtp();
     cmd.arg("bench")
         .arg("--model")
         .arg(case.target())
         .arg("--draft")
-        .arg(case.assistant())
-        .args(["--prompts", "/nonexistent/prompts.txt"]);
+        .arg(case.assistant());
+    cmd
+}
+
+#[test]
+fn bench_rejects_a_missing_prompt_file_and_depth_zero() {
+    let mut cmd = bench_on_fixture();
+    cmd.args(["--prompts", "/nonexistent/prompts.txt"]);
     assert_fails_with(&mut cmd, "cannot read the prompt file");
-    let mut cmd = mtp();
-    cmd.arg("bench")
-        .arg("--model")
-        .arg(case.target())
-        .arg("--draft")
-        .arg(case.assistant())
-        .args(["--depths", "0,2"]);
+    let mut cmd = bench_on_fixture();
+    cmd.args(["--depths", "0,2"]);
     assert_fails_with(&mut cmd, "--depths must be at least 1");
 }
