@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest, Response};
 use mtp_core::options::{DecodeMode, LogprobsRequest};
+use mtp_core::schedule::ScheduleKind;
 use mtp_core::Backend;
 use runner::Pipeline;
 
@@ -148,7 +149,7 @@ pub fn timed_engine<'a, B: Backend>(
         .with_env(Arc::new(|_| None))
 }
 
-/// The deepest draft any variant of the plan can use (its resolved maximum depth).
+/// The deepest draft any variant of the plan can use (from its resolved options).
 pub fn deepest_draft<B: Backend>(
     engine: &Engine<'_, B>,
     work: &Workload<'_>,
@@ -157,7 +158,13 @@ pub fn deepest_draft<B: Backend>(
     for &variant in &work.plan.variants {
         if variant != Variant::Plain {
             let options = engine.mtp_options(&work.request(variant, 0))?;
-            deepest = deepest.max(options.max_draft_tokens);
+            let reach = match options.schedule {
+                ScheduleKind::Constant => {
+                    options.initial_draft_tokens.min(options.max_draft_tokens)
+                }
+                ScheduleKind::Heuristic | ScheduleKind::Adaptive => options.max_draft_tokens,
+            };
+            deepest = deepest.max(reach);
         }
     }
     Ok(deepest)
