@@ -243,10 +243,11 @@ def print_table(peers: list[Peer], rows: list[dict], skipped: list[dict]) -> Non
 
 
 def parse_args() -> argparse.Namespace:
-    target, assistant = default_pair()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", type=Path, default=target, help="target model directory [default pair]")
-    p.add_argument("--assistant", type=Path, default=assistant, help="assistant directory [default pair]")
+    p.add_argument("--target", type=Path, default=None,
+                   help="target model directory [ours' with --ours, else the default pair's]")
+    p.add_argument("--assistant", type=Path, default=None,
+                   help="assistant directory [ours' with --ours, else the default pair's]")
     p.add_argument("--prompts", type=Path, default=None,
                    help="prompt file [ours' prompts_file with --ours, else benches/prompts.txt]")
     p.add_argument("--ours", type=Path, help="our `mtp bench` JSON: reuse its prompt ids and "
@@ -255,7 +256,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1, help="warm-up passes over the first 3 prompts")
     p.add_argument("--max-prompts", type=int, default=None, help="use only the first N prompts")
-    p.add_argument("--temperature", type=float, default=0.8, help="of hf-assisted-sampled")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="of hf-assisted-sampled [ours' when ours sampled, else 0.8]")
     p.add_argument("--seed", type=int, default=0, help="prompt i is sampled with torch seed SEED + i")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--threads", type=int, default=None, help="torch threads [torch's default]")
@@ -274,6 +276,11 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     ours = json.loads(args.ours.read_text()) if args.ours else None
+    target, assistant = default_pair()
+    if args.target is None:
+        args.target = Path(ours["setup"]["target"]) if ours else target
+    if args.assistant is None:
+        args.assistant = Path(ours["setup"]["drafter"]) if ours else assistant
     if args.prompts is None:
         args.prompts = Path(ours["setup"]["prompts_file"]) if ours else REPO / "benches" / "prompts.txt"
     prompts = read_prompts(args.prompts)
@@ -288,6 +295,9 @@ def main() -> int:
             args.num_predict = ours["setup"]["num_predict"]
     if args.num_predict is None:
         args.num_predict = 128
+    if args.temperature is None:
+        ours_t = ours["setup"]["sampling"]["temperature"] if ours else 0
+        args.temperature = ours_t if ours_t > 0 else 0.8
     if args.max_prompts:
         prompt_ids = prompt_ids[: args.max_prompts]
 

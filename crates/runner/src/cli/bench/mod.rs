@@ -13,6 +13,7 @@ mod table;
 mod timed;
 mod variant;
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
@@ -105,15 +106,11 @@ fn run_on<B: Backend>(
 
     let lengths = prompt_ids.iter().map(|p| p.len() as f64);
     let setup = Setup {
-        target: paths.target.display().to_string(),
-        drafter: paths
-            .drafter
-            .as_ref()
-            .map(|d| d.display().to_string())
-            .unwrap_or_default(),
+        target: absolute(&paths.target),
+        drafter: paths.drafter.as_deref().map(absolute).unwrap_or_default(),
         backend: pipeline.backend().name(),
         dtype,
-        prompts_file: plan.prompts_file.display().to_string(),
+        prompts_file: absolute(&plan.prompts_file),
         prompts: plan.prompts.len(),
         prompt_tokens: spread::Spread::of(lengths),
         prompt_ids: prompt_ids.clone(),
@@ -130,6 +127,14 @@ fn run_on<B: Backend>(
         &cost,
         host::peak_rss_bytes(),
     ))
+}
+
+/// `path` made absolute (as given when that fails), for a report read from another directory.
+fn absolute(path: &Path) -> String {
+    std::fs::canonicalize(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
 }
 
 /// Token ids for the cost curve's cache: the longest prompt continued (cyclically) to about
