@@ -317,7 +317,10 @@ def main() -> int:
     hf_identical = (
         tokens["hf-assisted-greedy"] == tokens["hf-plain-greedy"] if not args.skip_hf else None
     )
-    rows = comparison(ours, peers) if ours else []
+    like_for_like = ours is not None and len(prompt_ids) == ours["setup"]["prompts"]
+    if ours and not like_for_like:
+        print("note: fewer prompts than our report: no ours / peer table", file=sys.stderr)
+    rows = comparison(ours, peers) if like_for_like else []
     report = {
         "schema_version": SCHEMA_VERSION,
         "tool": "bench_peers",
