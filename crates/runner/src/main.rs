@@ -13,6 +13,7 @@ fn main() -> ExitCode {
     cli::logging::init(cli.verbose);
     let result = match cli.command {
         Command::Generate(args) => cli::generate::run(args),
+        Command::Bench(args) => cli::bench::run(args),
     };
     match result {
         Ok(code) => code,

@@ -7,6 +7,8 @@ use mtp_core::options::{DraftOverrides, ValidationMode};
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::DType;
+use runner::defaults::{default_pair, DefaultModelError};
+use runner::ModelPaths;
 
 /// Multi-token-prediction speculative decoding: a Gemma 4 target verified against its
 /// "assistant" drafter. Greedy output is exactly what the target alone would produce.
@@ -26,6 +28,9 @@ pub struct Cli {
 pub enum Command {
     /// Generate a continuation of a prompt; text streams to stdout, statistics go to stderr.
     Generate(GenerateArgs),
+    /// Benchmark plain decode against MTP (schedules and fixed depths) on a prompt set, with the
+    /// verify-cost curve and the ideal speedup; prints a table and writes JSON.
+    Bench(super::bench::args::BenchArgs),
 }
 
 /// `mtp generate`.
@@ -59,6 +64,25 @@ pub enum BackendChoice {
     Candle,
     /// MLX (not built yet).
     Mlx,
+}
+
+impl ModelArgs {
+    /// `--model`/`--draft`, or the default pair (with `--draft` replacing its drafter).
+    pub fn paths(&self) -> Result<ModelPaths, DefaultModelError> {
+        match &self.model {
+            Some(target) => Ok(ModelPaths {
+                target: target.clone(),
+                drafter: self.draft.clone(),
+            }),
+            None => {
+                let mut pair = default_pair()?;
+                if let Some(draft) = &self.draft {
+                    pair.drafter = Some(draft.clone());
+                }
+                Ok(pair)
+            }
+        }
+    }
 }
 
 impl BackendChoice {
@@ -97,11 +121,11 @@ impl From<DTypeChoice> for DType {
 pub struct ModelArgs {
     /// Target model directory (HF layout: config.json, *.safetensors, tokenizer.json)
     /// [default: the pair in $MTP_MODEL_DIR, else models/default/ of the checkout].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, visible_alias = "target", value_name = "DIR")]
     pub model: Option<PathBuf>,
     /// Drafter (Gemma 4 assistant) directory [default: none with --model, so plain decoding;
     /// the default pair's assistant without --model].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, visible_alias = "assistant", value_name = "DIR")]
     pub draft: Option<PathBuf>,
     /// Backend to run on.
     #[arg(long, value_enum, default_value = BackendChoice::DEFAULT)]

@@ -9,14 +9,13 @@ use anyhow::{bail, Context};
 use mtp_core::engine::{CancelToken, GenerateRequest, SinkFlow};
 use mtp_core::options::LogprobsRequest;
 use mtp_core::Backend;
-use runner::defaults::default_pair;
 use runner::loading::LoadOptions;
-use runner::{ModelPaths, Pipeline, PromptFormat};
+use runner::{ModelPaths, PromptFormat};
 
 use super::args::GenerateArgs;
 use super::backend::AnyBackend;
 use super::output::{print_json, summary, TextStream};
-use super::progress::LoadProgress;
+use super::progress::load_pipeline;
 
 /// The exit status after Ctrl-C (128 + SIGINT, as shells report it).
 const EXIT_INTERRUPTED: u8 = 130;
@@ -64,22 +63,9 @@ fn read_prompt(arg: Option<&str>) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// `--model`/`--draft`, or the default pair (with `--draft` replacing its drafter);
-/// `--no-draft` drops the drafter.
+/// The pair of `--model`/`--draft` (or the default pair); `--no-draft` drops the drafter.
 fn model_paths(args: &GenerateArgs) -> anyhow::Result<ModelPaths> {
-    let mut paths = match &args.model.model {
-        Some(target) => ModelPaths {
-            target: target.clone(),
-            drafter: args.model.draft.clone(),
-        },
-        None => {
-            let mut pair = default_pair()?;
-            if let Some(draft) = &args.model.draft {
-                pair.drafter = Some(draft.clone());
-            }
-            pair
-        }
-    };
+    let mut paths = args.model.paths()?;
     if args.draft.no_draft {
         paths.drafter = None;
     } else if paths.drafter.is_none() {
@@ -96,11 +82,7 @@ fn run_on<B: Backend>(
     options: &LoadOptions,
 ) -> anyhow::Result<ExitCode> {
     let backend_name = backend.name();
-    let mut progress = LoadProgress::start();
-    let loaded =
-        Pipeline::load_with_progress(backend, paths, options, &mut |stage| progress.stage(stage));
-    progress.finish();
-    let pipeline = loaded?;
+    let pipeline = load_pipeline(backend, paths, options)?;
 
     let format = if args.length.chat {
         PromptFormat::Chat

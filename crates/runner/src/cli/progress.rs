@@ -4,7 +4,22 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use runner::LoadStage;
+use mtp_core::Backend;
+use runner::loading::LoadOptions;
+use runner::{LoadStage, ModelPaths, Pipeline, PipelineError};
+
+/// Load the pair in `paths` on `backend`, with the spinner on stderr while it loads.
+pub fn load_pipeline<B: Backend>(
+    backend: B,
+    paths: &ModelPaths,
+    options: &LoadOptions,
+) -> Result<Pipeline<B>, PipelineError> {
+    let mut progress = LoadProgress::start();
+    let loaded =
+        Pipeline::load_with_progress(backend, paths, options, &mut |stage| progress.stage(stage));
+    progress.finish();
+    loaded
+}
 
 /// The loading spinner (hidden when stderr is not a terminal).
 pub struct LoadProgress {

@@ -1,0 +1,74 @@
+//! `mtp bench` arguments.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::cli::args::{ModelArgs, SamplingArgs, ScheduleChoice};
+
+/// `mtp bench`: plain decode vs MTP on a prompt set, interleaved in one process.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Where the models are and what runs them (a drafter is required).
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// How tokens are chosen (greedy by default; every variant uses the same settings).
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// The benchmark plan.
+    #[command(flatten)]
+    pub plan: PlanArgs,
+}
+
+/// What is measured and how often.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Benchmark")]
+pub struct PlanArgs {
+    /// Prompt set: one prompt per line; blank lines and lines starting with `#` are skipped
+    /// [default: benches/prompts.txt of the checkout].
+    #[arg(long, value_name = "FILE")]
+    pub prompts: Option<PathBuf>,
+    /// Tokens to generate per prompt.
+    #[arg(long, short = 'n', default_value_t = 128, value_name = "N")]
+    pub num_predict: usize,
+    /// Measured repetitions of every variant over the whole prompt set.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub reps: usize,
+    /// Unmeasured warm-up passes of every variant (over the first three prompts) before the
+    /// measured repetitions.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub warmup: usize,
+    /// Fixed draft depths to measure (constant schedule at that depth).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,3,4,5,6,7,8",
+        value_name = "K"
+    )]
+    pub depths: Vec<usize>,
+    /// Draft schedules to measure at the model's initial and maximum depth.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "constant,heuristic,adaptive"
+    )]
+    pub schedules: Vec<ScheduleChoice>,
+    /// Widest verify forward of the cost curve (raised to cover every measured depth + 1).
+    #[arg(long, default_value_t = 16, value_name = "W")]
+    pub max_width: usize,
+    /// Timed calls per width of the cost curve (and of the drafter step).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub cost_reps: usize,
+    /// Stop a prompt at an EOS token [default: ignore EOS, so every prompt generates
+    /// --num-predict tokens and every variant does the same work].
+    #[arg(long)]
+    pub stop_at_eos: bool,
+    /// Where to write the JSON report.
+    #[arg(long, default_value = "mtp-bench.json", value_name = "PATH")]
+    pub json: PathBuf,
+    /// Smoke test: the first 3 prompts, 8 tokens, 2 repetitions, depths 1-2, 2 cost calls per
+    /// width (other plan options are ignored). Numbers from it mean nothing.
+    #[arg(long)]
+    pub quick: bool,
+}

@@ -1,0 +1,240 @@
+//! The interleaved runs: every pass runs every variant over the prompt set (the order rotated
+//! per pass), with the models wrapped in timing decorators.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest, Response};
+use mtp_core::options::{DecodeMode, LogprobsRequest};
+use mtp_core::schedule::ScheduleKind;
+use mtp_core::Backend;
+use runner::Pipeline;
+
+use super::plan::{EosPolicy, Pass, Plan};
+use super::timed::{ClockReading, ModelClock, TimedDrafter, TimedTarget};
+use super::variant::Variant;
+
+/// Totals of one variant over the prompt set in one measured pass.
+#[derive(Debug, Clone, Default)]
+pub struct PassTotals {
+    /// Tokens generated after each prompt's first token.
+    pub decoded: usize,
+    /// Time generating after each prompt's first token.
+    pub decode_time: Duration,
+    /// Tokens generated, first tokens included.
+    pub generated: usize,
+    /// Prompt tokens evaluated.
+    pub prompt_tokens: usize,
+    /// Time evaluating prompts and choosing the first tokens.
+    pub prefill_time: Duration,
+    /// Decode rounds (plain: one per token after the first; MTP: draft-verify rounds).
+    pub rounds: usize,
+    /// Time in target calls after the prefill.
+    pub target_time: Duration,
+    /// Time in drafter steps and their token embeddings.
+    pub drafter_time: Duration,
+}
+
+impl PassTotals {
+    fn add(&mut self, response: &Response, clock: &ClockReading) {
+        self.decoded += response.eval_count.saturating_sub(1);
+        self.decode_time += response.eval_duration;
+        self.generated += response.eval_count;
+        self.prompt_tokens += response.prompt_eval_count;
+        self.prefill_time += response.prompt_eval_duration;
+        self.rounds += match &response.mtp {
+            Some(stats) => stats.iterations,
+            None => clock.decode_forwards,
+        };
+        self.target_time += clock.target;
+        self.drafter_time += clock.drafter;
+    }
+}
+
+/// Drafted and accepted counts of one variant over every measured pass.
+#[derive(Debug, Clone, Default)]
+pub struct Acceptance {
+    /// Rounds.
+    pub rounds: usize,
+    /// Drafted tokens.
+    pub drafted: usize,
+    /// Accepted tokens.
+    pub accepted: usize,
+    /// `per_position[i]` = (rounds that drafted position i + 1, of those accepted there).
+    pub per_position: Vec<(usize, usize)>,
+}
+
+impl Acceptance {
+    fn add(&mut self, response: &Response) {
+        let Some(stats) = &response.mtp else {
+            return;
+        };
+        self.rounds += stats.iterations;
+        self.drafted += stats.drafted;
+        self.accepted += stats.accepted;
+        if self.per_position.len() < stats.per_position.len() {
+            self.per_position.resize(stats.per_position.len(), (0, 0));
+        }
+        for (sum, counts) in self.per_position.iter_mut().zip(&stats.per_position) {
+            sum.0 += counts.drafted;
+            sum.1 += counts.accepted;
+        }
+    }
+}
+
+/// Everything measured for one variant.
+#[derive(Debug, Clone)]
+pub struct VariantRecord {
+    /// The variant.
+    pub variant: Variant,
+    /// The decode mode the engine chose.
+    pub mode: DecodeMode,
+    /// One entry per measured pass.
+    pub passes: Vec<PassTotals>,
+    /// Acceptance over every measured pass.
+    pub acceptance: Acceptance,
+    /// Each prompt's tokens from the first measured pass.
+    pub tokens: Vec<Vec<u32>>,
+    /// Whether every pass produced the same tokens for every prompt.
+    pub repeatable: bool,
+}
+
+/// The inputs shared by every generation of a run.
+pub struct Workload<'a> {
+    /// The plan.
+    pub plan: &'a Plan,
+    /// Each prompt's token ids.
+    pub prompt_ids: &'a [Vec<u32>],
+    /// Token ids that end a generation (empty when EOS is ignored).
+    pub eos: Vec<u32>,
+}
+
+impl<'a> Workload<'a> {
+    /// The workload of `plan` over the encoded prompts, with the model's `eos` ids.
+    pub fn new(plan: &'a Plan, prompt_ids: &'a [Vec<u32>], eos: &[u32]) -> Self {
+        let eos = match plan.eos {
+            EosPolicy::Ignore => Vec::new(),
+            EosPolicy::Stop => eos.to_vec(),
+        };
+        Self {
+            plan,
+            prompt_ids,
+            eos,
+        }
+    }
+
+    /// The request for `variant` on prompt `index`.
+    pub fn request(&self, variant: Variant, index: usize) -> GenerateRequest {
+        GenerateRequest {
+            prompt: self.prompt_ids[index].clone(),
+            sampling: self.plan.sampling.clone(),
+            num_predict: self.plan.num_predict,
+            eos: self.eos.clone(),
+            draft: variant.overrides(),
+            logprobs: LogprobsRequest::None,
+        }
+    }
+}
+
+/// The engine over `pipeline`'s models wrapped in timing decorators on `clock`, reading no
+/// `MTP_*` environment settings (each variant sets what it needs).
+pub fn timed_engine<'a, B: Backend>(
+    pipeline: &'a Pipeline<B>,
+    drafter: &'a TimedDrafter<'a, B>,
+    target: &'a TimedTarget<'a, B>,
+) -> Engine<'a, B> {
+    Engine::new(pipeline.backend(), target)
+        .with_drafter(drafter)
+        .with_env(Arc::new(|_| None))
+}
+
+/// The deepest draft any variant of the plan can use (from its resolved options).
+pub fn deepest_draft<B: Backend>(
+    engine: &Engine<'_, B>,
+    work: &Workload<'_>,
+) -> anyhow::Result<usize> {
+    let mut deepest = 0;
+    for &variant in &work.plan.variants {
+        if variant != Variant::Plain {
+            let options = engine.mtp_options(&work.request(variant, 0))?;
+            let reach = match options.schedule {
+                ScheduleKind::Constant => {
+                    options.initial_draft_tokens.min(options.max_draft_tokens)
+                }
+                ScheduleKind::Heuristic | ScheduleKind::Adaptive => options.max_draft_tokens,
+            };
+            deepest = deepest.max(reach);
+        }
+    }
+    Ok(deepest)
+}
+
+/// Run every pass of the plan; returns one record per variant, in plan order.
+pub fn run_passes<B: Backend>(
+    engine: &Engine<'_, B>,
+    clock: &ModelClock,
+    work: &Workload<'_>,
+) -> anyhow::Result<Vec<VariantRecord>> {
+    let plan = work.plan;
+    let mut records = plan
+        .variants
+        .iter()
+        .map(|&v| new_record(engine, work, v))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let total = plan.warmup + plan.reps;
+    for (index, pass) in plan.passes().enumerate() {
+        eprintln!("bench: pass {}/{total} ({pass:?})", index + 1);
+        for v in plan.order(index) {
+            let record = &mut records[v];
+            let mut totals = PassTotals::default();
+            for p in plan.prompts_of(pass) {
+                let request = work.request(record.variant, p);
+                clock.reset();
+                let response = engine
+                    .generate(&request, &mut DiscardSink, &CancelToken::new())
+                    .with_context(|| format!("{} failed on prompt {}", record.variant.name(), p))?;
+                let Pass::Measured(rep) = pass else {
+                    continue;
+                };
+                totals.add(&response, &clock.read());
+                record.acceptance.add(&response);
+                if rep == 0 {
+                    record.tokens.push(response.tokens);
+                } else if record.tokens.get(p) != Some(&response.tokens) {
+                    record.repeatable = false;
+                }
+            }
+            if let Pass::Measured(_) = pass {
+                record.passes.push(totals);
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// An empty record, after checking that the engine decodes `variant` as intended.
+fn new_record<B: Backend>(
+    engine: &Engine<'_, B>,
+    work: &Workload<'_>,
+    variant: Variant,
+) -> anyhow::Result<VariantRecord> {
+    let mode = engine
+        .decode_mode(&work.request(variant, 0))
+        .with_context(|| format!("invalid options for {}", variant.name()))?;
+    let speculative = matches!(mode, DecodeMode::GreedyMtp | DecodeMode::SampledMtp);
+    if speculative != (variant != Variant::Plain) {
+        bail!(
+            "{} would decode as {mode:?}; the benchmark needs a drafter for MTP",
+            variant.name()
+        );
+    }
+    Ok(VariantRecord {
+        variant,
+        mode,
+        passes: Vec::new(),
+        acceptance: Acceptance::default(),
+        tokens: Vec::new(),
+        repeatable: true,
+    })
+}

@@ -1,0 +1,161 @@
+//! The readable table printed on stdout.
+
+use std::fmt::Write;
+
+use super::report::{Report, VariantReport};
+use super::spread::Spread;
+
+fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
+}
+
+fn med(s: Option<Spread>, digits: usize) -> String {
+    opt(s.map(|s| s.median), digits)
+}
+
+fn range(s: Option<Spread>, digits: usize) -> String {
+    s.map_or_else(
+        || "-".to_string(),
+        |s| format!("{:.digits$}–{:.digits$}", s.min, s.max),
+    )
+}
+
+fn ms(s: Option<Spread>) -> String {
+    opt(s.map(|s| s.median * 1e3), 3)
+}
+
+fn yes_no(x: Option<bool>) -> &'static str {
+    match x {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "n/a",
+    }
+}
+
+/// The whole report as text.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let u = &r.setup;
+    let mode = if u.sampling.temperature == 0.0 {
+        "greedy".to_string()
+    } else {
+        format!("temperature {}", u.sampling.temperature)
+    };
+    let _ = writeln!(
+        s,
+        "mtp bench: {} {} | {} prompts x {} tokens | {} reps (+{} warm-up) | {mode}{}",
+        u.backend,
+        u.dtype,
+        u.prompts,
+        u.num_predict,
+        u.reps,
+        u.warmup,
+        if u.quick {
+            " | QUICK (numbers mean nothing)"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        s,
+        "prefill: {} prompt tok/s (min–max {})",
+        med(r.prefill_tokens_per_second, 1),
+        range(r.prefill_tokens_per_second, 1)
+    );
+    cost_lines(&mut s, r);
+    let _ = writeln!(
+        s,
+        "\n{:<14} {:>10} {:>17} {:>9} {:>7} {:>7} {:>9} {:>6} {:>6} {:>7} {:>11} {:>6}",
+        "variant",
+        "decode t/s",
+        "(min–max)",
+        "e2e t/s",
+        "xplain",
+        "ideal",
+        "ach/ideal",
+        "E[L]",
+        "accept",
+        "vs best",
+        "host ms/rnd",
+        "greedy"
+    );
+    for v in &r.variants {
+        variant_line(&mut s, v);
+    }
+    let _ = writeln!(s, "\nper-position acceptance (draft position 1, 2, ...):");
+    for v in r
+        .variants
+        .iter()
+        .filter(|v| !v.per_position_acceptance.is_empty())
+    {
+        let cells: Vec<String> = v
+            .per_position_acceptance
+            .iter()
+            .map(|a| format!("{a:.2}"))
+            .collect();
+        let _ = writeln!(s, "  {:<14} {}", v.name, cells.join(" "));
+    }
+    let _ = writeln!(
+        s,
+        "\nbest fixed depth: {}",
+        r.best_fixed_depth
+            .map_or_else(|| "-".to_string(), |k| k.to_string())
+    );
+    let _ = writeln!(
+        s,
+        "greedy MTP output identical to plain on every prompt: {}",
+        yes_no(r.greedy_identical)
+    );
+    let _ = writeln!(
+        s,
+        "peak RSS: {}",
+        r.peak_rss_bytes.map_or_else(
+            || "unavailable".to_string(),
+            |b| format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+        )
+    );
+    s
+}
+
+fn cost_lines(s: &mut String, r: &Report) {
+    let _ = writeln!(
+        s,
+        "cost (context {} tokens, median of {}): drafter step t_d = {} ms",
+        r.cost.context_tokens,
+        r.cost.reps,
+        ms(r.cost.draft_step_secs)
+    );
+    let widths: Vec<String> = r
+        .cost
+        .verify_secs
+        .iter()
+        .map(|w| format!("{:>7}", w.width))
+        .collect();
+    let times: Vec<String> = r
+        .cost
+        .verify_secs
+        .iter()
+        .map(|w| format!("{:>7}", ms(w.secs)))
+        .collect();
+    let _ = writeln!(s, "  width    {}", widths.join(""));
+    let _ = writeln!(s, "  t_v ms   {}", times.join(""));
+}
+
+fn variant_line(s: &mut String, v: &VariantReport) {
+    let _ = writeln!(
+        s,
+        "{:<14} {:>10} {:>17} {:>9} {:>7} {:>7} {:>9} {:>6} {:>6} {:>7} {:>11} {:>6}",
+        v.name,
+        med(v.decode_tokens_per_second, 1),
+        range(v.decode_tokens_per_second, 1),
+        med(v.end_to_end_tokens_per_second, 1),
+        med(v.speedup_vs_plain, 3),
+        opt(v.ideal_speedup, 3),
+        opt(v.achieved_over_ideal, 3),
+        format!("{:.2}", v.mean_emitted_per_round),
+        format!("{:.2}", v.acceptance),
+        opt(v.vs_best_fixed_depth, 3),
+        ms(v.host_overhead_per_round_secs),
+        yes_no(v.greedy_match)
+    );
+}

@@ -1,0 +1,199 @@
+//! `mtp bench --quick` end to end on a fixture pair: the table, every JSON field, finite ratios,
+//! and greedy MTP reproducing plain decode. No timing assertions: performance is measured by
+//! the benchmark, never asserted here.
+
+mod cli_common;
+
+use std::path::Path;
+
+use cli_common::{assert_fails_with, mtp, Case};
+use serde_json::Value;
+
+/// Prompts in the fixture vocabulary (`w0` ... `w63`), of varied length.
+const PROMPTS: &str =
+    "# fixture prompts\nw43 w43 w38 w60\n\nw12 w43 w40 w40 w44 w49 w31 w25\nw41\n";
+
+fn run_quick(backend: &str, dir: &Path) -> (String, Value) {
+    let case = Case::named("copy_drafter");
+    let prompts = dir.join("prompts.txt");
+    std::fs::write(&prompts, PROMPTS).expect("write prompts");
+    let json = dir.join(format!("bench-{backend}.json"));
+    let out = mtp()
+        .arg("bench")
+        .arg("--target")
+        .arg(case.target())
+        .arg("--assistant")
+        .arg(case.assistant())
+        .args(["--backend", backend, "--quick", "--prompts"])
+        .arg(&prompts)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("mtp runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "mtp bench failed: {stderr}");
+    let table = String::from_utf8(out.stdout).expect("utf-8 stdout");
+    let text = std::fs::read_to_string(&json).expect("the JSON report is written");
+    let report: Value = serde_json::from_str(&text).expect("the report is JSON");
+    (table, report)
+}
+
+fn finite(v: &Value, what: &str) -> f64 {
+    let x = v
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"));
+    assert!(x.is_finite(), "{what} = {x}");
+    x
+}
+
+fn spread(v: &Value, what: &str) -> f64 {
+    let min = finite(&v["min"], what);
+    let median = finite(&v["median"], what);
+    let max = finite(&v["max"], what);
+    assert!(min <= median && median <= max, "{what}: {v}");
+    median
+}
+
+fn check_report(table: &str, r: &Value, backend: &str) {
+    for needle in [
+        "variant",
+        "plain",
+        "mtp-adaptive",
+        "mtp-k2",
+        "t_v ms",
+        "peak RSS",
+    ] {
+        assert!(table.contains(needle), "table lacks {needle:?}:\n{table}");
+    }
+    assert_eq!(r["schema_version"], 1);
+    assert!(r["machine"]["os"].is_string());
+    let setup = &r["setup"];
+    assert!(setup["backend"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with(backend));
+    assert_eq!(setup["prompts"], 3);
+    assert_eq!(setup["num_predict"], 8);
+    assert_eq!(setup["quick"], true);
+    spread(&r["prefill_tokens_per_second"], "prefill");
+    spread(&setup["prompt_tokens"], "prompt tokens");
+
+    let verify = r["cost"]["verify_secs"].as_array().expect("verify_secs");
+    assert!(verify.len() >= 3, "widths up to the deepest depth + 1");
+    for (i, point) in verify.iter().enumerate() {
+        assert_eq!(point["width"], i + 1);
+        assert!(spread(&point["secs"], "t_v") > 0.0);
+    }
+    assert!(spread(&r["cost"]["draft_step_secs"], "t_d") > 0.0);
+    assert!(r["cost"]["context_tokens"].as_u64().unwrap_or(0) > 0);
+
+    let names: Vec<&str> = r["variants"]
+        .as_array()
+        .expect("variants")
+        .iter()
+        .map(|v| v["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "plain",
+            "mtp-constant",
+            "mtp-heuristic",
+            "mtp-adaptive",
+            "mtp-k1",
+            "mtp-k2"
+        ]
+    );
+    for v in r["variants"].as_array().expect("variants") {
+        let name = v["name"].as_str().unwrap_or_default();
+        assert!(spread(&v["decode_tokens_per_second"], name) > 0.0);
+        assert!(spread(&v["end_to_end_tokens_per_second"], name) > 0.0);
+        assert!(spread(&v["speedup_vs_plain"], name) > 0.0);
+        assert!(finite(&v["ideal_speedup"], name) > 0.0);
+        assert!(finite(&v["achieved_over_ideal"], name) > 0.0);
+        finite(&v["vs_best_fixed_depth"], name);
+        spread(&v["host_overhead_per_round_secs"], name);
+        spread(&v["target_secs_per_round"], name);
+        spread(&v["drafter_secs_per_round"], name);
+        assert!(v["rounds"].as_u64().unwrap_or(0) > 0, "{name}");
+        let emitted = finite(&v["mean_emitted_per_round"], name);
+        let accepted = finite(&v["mean_accepted"], name);
+        assert!((emitted - accepted - 1.0).abs() < 1e-9, "{name}");
+        let acceptance = finite(&v["acceptance"], name);
+        assert!((0.0..=1.0).contains(&acceptance), "{name}");
+        assert_eq!(
+            v["greedy_match"], true,
+            "{name}: greedy MTP changed the output"
+        );
+        assert_eq!(v["repeatable"], true, "{name}");
+        let positions = v["per_position_acceptance"].as_array().expect("positions");
+        match name {
+            "plain" => {
+                assert_eq!(v["mode"], "plain");
+                assert!(positions.is_empty());
+                assert_eq!(finite(&v["ideal_speedup"], name), 1.0);
+            }
+            _ => {
+                assert_eq!(v["mode"], "greedy-mtp", "{name}");
+                assert!(!positions.is_empty(), "{name}");
+            }
+        }
+    }
+    assert_eq!(r["variants"][4]["depth"], 1);
+    assert_eq!(
+        r["variants"][5]["per_position_acceptance"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(r["greedy_identical"], true);
+    assert!(r["best_fixed_depth"].is_u64());
+    if cfg!(target_os = "linux") {
+        assert!(r["peak_rss_bytes"].as_u64().unwrap_or(0) > 0);
+    }
+}
+
+#[test]
+fn quick_bench_on_reference_reports_every_field() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (table, report) = run_quick("reference", dir.path());
+    check_report(&table, &report, "reference");
+}
+
+#[cfg(feature = "candle")]
+#[test]
+fn quick_bench_on_candle_reports_every_field() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (table, report) = run_quick("candle", dir.path());
+    check_report(&table, &report, "candle");
+}
+
+#[test]
+fn bench_needs_a_drafter() {
+    let case = Case::named("copy_drafter");
+    let mut cmd = mtp();
+    cmd.arg("bench").arg("--model").arg(case.target());
+    assert_fails_with(&mut cmd, "needs a drafter");
+}
+
+/// `mtp bench` on the copy_drafter pair.
+fn bench_on_fixture() -> assert_cmd::Command {
+    let case = Case::named("copy_drafter");
+    let mut cmd = mtp();
+    cmd.arg("bench")
+        .arg("--model")
+        .arg(case.target())
+        .arg("--draft")
+        .arg(case.assistant());
+    cmd
+}
+
+#[test]
+fn bench_rejects_a_missing_prompt_file_and_depth_zero() {
+    let mut cmd = bench_on_fixture();
+    cmd.args(["--prompts", "/nonexistent/prompts.txt"]);
+    assert_fails_with(&mut cmd, "cannot read the prompt file");
+    let mut cmd = bench_on_fixture();
+    cmd.args(["--depths", "0,2"]);
+    assert_fails_with(&mut cmd, "--depths must be at least 1");
+}
