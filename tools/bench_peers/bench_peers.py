@@ -18,7 +18,7 @@ prompt token ids and the number of tokens come from our report, and the script p
 Usage (see README.md):
     /work/venv-hf/bin/python tools/bench_peers/bench_peers.py --ours mtp-bench.json
     /work/venv-hf/bin/python tools/bench_peers/bench_peers.py --target T --assistant A \
-        --prompts benches/prompts.txt --num-predict 128 --reps 5 --json peers.json
+        --prompts models/prompts.txt --num-predict 128 --reps 5 --json peers.json
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--assistant", type=Path, default=None,
                    help="assistant directory [ours' with --ours, else the default pair's]")
     p.add_argument("--prompts", type=Path, default=None,
-                   help="prompt file [ours' prompts_file with --ours, else benches/prompts.txt]")
+                   help="prompt file [ours' prompts_file with --ours, else models/prompts.txt]")
     p.add_argument("--ours", type=Path, help="our `mtp bench` JSON: reuse its prompt ids and "
                    "num_predict, and print ours / peer")
     p.add_argument("--num-predict", "-n", type=int, default=None, help="tokens per prompt [ours, else 128]")
@@ -282,7 +282,7 @@ def main() -> int:
     if args.assistant is None:
         args.assistant = Path(ours["setup"]["drafter"]) if ours else assistant
     if args.prompts is None:
-        args.prompts = Path(ours["setup"]["prompts_file"]) if ours else REPO / "benches" / "prompts.txt"
+        args.prompts = Path(ours["setup"]["prompts_file"]) if ours else REPO / "models" / "prompts.txt"
     prompts = read_prompts(args.prompts)
     prompt_ids = encode(args.target, prompts)
     if ours:

@@ -25,7 +25,7 @@ pub struct BenchArgs {
 #[command(next_help_heading = "Benchmark")]
 pub struct PlanArgs {
     /// Prompt set: one prompt per line; blank lines and lines starting with `#` are skipped
-    /// [default: benches/prompts.txt of the checkout].
+    /// [default: models/prompts.txt of the checkout].
     #[arg(long, value_name = "FILE")]
     pub prompts: Option<PathBuf>,
     /// Tokens to generate per prompt.

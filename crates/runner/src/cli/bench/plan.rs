@@ -49,9 +49,9 @@ pub enum EosPolicy {
     Stop,
 }
 
-/// `<workspace>/benches/prompts.txt`, located from this crate's source directory.
+/// `<workspace>/models/prompts.txt`, located from this crate's source directory.
 pub fn default_prompts_file() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../benches/prompts.txt")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/prompts.txt")
 }
 
 impl Plan {
@@ -200,7 +200,7 @@ mod tests {
 
     #[test]
     fn the_committed_prompt_set_is_varied() {
-        let prompts = read_prompts(&default_prompts_file()).expect("benches/prompts.txt");
+        let prompts = read_prompts(&default_prompts_file()).expect("models/prompts.txt");
         assert!(prompts.len() >= 20, "{} prompts", prompts.len());
         let words: Vec<usize> = prompts
             .iter()
