@@ -14,7 +14,7 @@ use runner::loading::LoadOptions;
 use runner::{ModelPaths, Pipeline, PromptFormat};
 
 use super::args::GenerateArgs;
-use super::backend::AnyBackend;
+use super::backend::{with_backend, AnyBackend};
 use super::output::{print_json, summary, TextStream};
 use super::progress::LoadProgress;
 
@@ -31,11 +31,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let options = LoadOptions {
         dtype: args.model.dtype.into(),
     };
-    match backend {
-        AnyBackend::Reference(b) => run_on(b, &args, &prompt, &paths, &options),
-        #[cfg(feature = "candle")]
-        AnyBackend::Candle(b) => run_on(b, &args, &prompt, &paths, &options),
-    }
+    with_backend!(backend, |b| run_on(b, &args, &prompt, &paths, &options))
 }
 
 /// The prompt from the argument, else from standard input (one trailing newline dropped).
