@@ -58,7 +58,7 @@ mod fused;
 #[cfg(feature = "mlx")]
 mod ops;
 #[cfg(all(test, feature = "mlx"))]
-mod tests;
+mod mlx_tests;
 
 #[cfg(feature = "mlx")]
 pub use backend::MlxBackend;

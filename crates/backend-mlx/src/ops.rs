@@ -85,6 +85,10 @@ fn host_values<T: mlx_rs::ArrayElement + Clone>(
     x: &Array,
     dtype: Dtype,
 ) -> Result<Vec<T>> {
+    if x.size() == 0 {
+        // MLX gives empty arrays no buffer at all.
+        return Ok(Vec::new());
+    }
     let x = if x.dtype() == dtype {
         x.clone()
     } else {
