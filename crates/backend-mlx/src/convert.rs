@@ -91,27 +91,28 @@ pub(crate) fn same_dtype(op: &'static str, a: &Array, b: &Array) -> Result<DType
     Ok(da)
 }
 
-/// An error unless `x` holds a float dtype.
+/// The dtype of `x`, which must be a float dtype.
 pub(crate) fn require_float(op: &'static str, x: &Array) -> Result<DType> {
-    let dtype = dtype_of(op, x)?;
-    if !dtype.is_float() {
-        return Err(CoreError::DTypeMismatch {
-            op,
-            expected: "a float dtype",
-            got: dtype,
-        }
-        .into());
-    }
-    Ok(dtype)
+    require_kind(op, x, DType::is_float, "a float dtype")
 }
 
-/// An error unless `x` holds an integer (index) dtype.
+/// The dtype of `x`, which must be an integer (index) dtype.
 pub(crate) fn require_int(op: &'static str, x: &Array) -> Result<DType> {
+    require_kind(op, x, DType::is_int, "an integer dtype")
+}
+
+/// The dtype of `x` when `kind` accepts it, else a mismatch naming what was `expected`.
+fn require_kind(
+    op: &'static str,
+    x: &Array,
+    kind: fn(DType) -> bool,
+    expected: &'static str,
+) -> Result<DType> {
     let dtype = dtype_of(op, x)?;
-    if !dtype.is_int() {
+    if !kind(dtype) {
         return Err(CoreError::DTypeMismatch {
             op,
-            expected: "an integer dtype",
+            expected,
             got: dtype,
         }
         .into());

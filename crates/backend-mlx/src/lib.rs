@@ -55,10 +55,10 @@ mod device;
 mod error;
 #[cfg(feature = "mlx")]
 mod fused;
-#[cfg(feature = "mlx")]
-mod ops;
 #[cfg(all(test, feature = "mlx"))]
 mod mlx_tests;
+#[cfg(feature = "mlx")]
+mod ops;
 
 #[cfg(feature = "mlx")]
 pub use backend::MlxBackend;

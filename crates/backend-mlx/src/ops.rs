@@ -3,7 +3,7 @@
 
 use mlx_rs::ops::indexing::{argmax_axis, ArrayIndex, ArrayIndexOp, TryIndexOp};
 use mlx_rs::{ops, Array, Dtype};
-use mtp_core::backend::check_data_len;
+use mtp_core::backend::{check_data_len, float_to_int};
 use mtp_core::{BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp};
 
 use crate::convert::{
@@ -41,34 +41,16 @@ pub(crate) fn from_i32(data: &[i32], shape: &[usize]) -> Result<Array> {
     Ok(Array::from_slice(data, &dims("from_i32", shape)?))
 }
 
-/// `value` truncated toward zero into an integer dtype; NaN, infinities and values outside the
-/// dtype's range are errors (the reference backend's rule).
-fn float_to_int(op: &'static str, dtype: DType, value: f32) -> Result<i64> {
-    let (lo, hi) = match dtype {
-        DType::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
-        _ => (0.0, f64::from(u32::MAX)),
-    };
-    let t = f64::from(value).trunc();
-    if !t.is_finite() || t < lo || t > hi {
-        return Err(CoreError::InvalidArgument {
-            op,
-            message: format!("{value} does not fit {dtype}"),
-        }
-        .into());
-    }
-    Ok(t as i64)
-}
-
 pub(crate) fn full(shape: &[usize], value: f32, dtype: DType) -> Result<Array> {
     const OP: &str = "full";
     let shape = dims(OP, shape)?;
     let scalar = match dtype {
         DType::I32 => {
-            let v = float_to_int(OP, dtype, value)?;
+            let v = float_to_int(OP, dtype, f64::from(value))?;
             Array::from_slice(&[i32::try_from(v).unwrap_or(i32::MAX)], &[])
         }
         DType::U32 => {
-            let v = float_to_int(OP, dtype, value)?;
+            let v = float_to_int(OP, dtype, f64::from(value))?;
             Array::from_slice(&[u32::try_from(v).unwrap_or(u32::MAX)], &[])
         }
         _ => Array::from_f32(value).as_dtype(to_mlx(dtype)).op(OP)?,
@@ -199,7 +181,9 @@ pub(crate) fn binary(a: &Array, b: &Array, op: BinaryOp) -> Result<Array> {
 /// `floor_divide` floors). A zero divisor is an error: one flag is read back to the host.
 fn int_div(a: &Array, b: &Array, dtype: DType) -> Result<Array> {
     const OP: &str = "binary";
-    let zero = Array::from_slice(&[0i32], &[]).as_dtype(to_mlx(dtype)).op(OP)?;
+    let zero = Array::from_slice(&[0i32], &[])
+        .as_dtype(to_mlx(dtype))
+        .op(OP)?;
     let has_zero = ops::any(b.eq(&zero).op(OP)?, None).op(OP)?;
     if has_zero.try_item_exact::<bool>().op(OP)? {
         return Err(CoreError::InvalidArgument {

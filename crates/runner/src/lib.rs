@@ -16,9 +16,9 @@
 //!
 //! Cargo features: `candle` (default) adds the candle backend (re-exported as
 //! [`backend_candle`] when enabled), with `metal`, `cuda`, `accelerate` and `mkl` passed
-//! through; `mlx` adds the MLX backend (re-exported as `backend_mlx`; see the workspace README for
-the Linux build); `cli` (default) builds the `mtp` program. With `default-features = false` the library
-//! builds on mtp-core and its reference backend only.
+//! through; `mlx` adds the MLX backend (re-exported as `backend_mlx`; see the workspace README
+//! for the Linux build); `cli` (default) builds the `mtp` program. With `default-features = false`
+//! the library builds on mtp-core and its reference backend only.
 #![warn(missing_docs)]
 
 pub mod defaults;

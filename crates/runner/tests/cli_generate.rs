@@ -388,7 +388,15 @@ fn mlx_prints_what_candle_prints() {
     let run = |backend: &str, model: &[&str], prompt: &str| {
         let mut cmd = mtp();
         cmd.arg("generate").args(model).arg(prompt);
-        cmd.args(["--json", "--temperature", "0", "-n", "24", "--backend", backend]);
+        cmd.args([
+            "--json",
+            "--temperature",
+            "0",
+            "-n",
+            "24",
+            "--backend",
+            backend,
+        ]);
         let out = cmd.output().expect("mtp runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{backend}: mtp failed: {stderr}");

@@ -44,7 +44,8 @@ use runner::models::{Gemma4Assistant, Gemma4Target};
 #[cfg(feature = "mlx")]
 pub fn mlx_serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The backend of the backend-independent tests (loader errors).
