@@ -51,16 +51,17 @@ if [ "$pinned" != "$MLX_VERSION" ]; then
   exit 1
 fi
 
+# `cp -p` keeps modification times, so a re-created copy does not rebuild mlx-sys.
 ours="$root/scripts/mlx-sys/build.rs"
 if [ ! -f "$MLX_SYS_DIR/Cargo.toml" ]; then
   note "copy mlx-sys $MLX_SYS_VERSION to ${MLX_SYS_DIR#"$root"/}"
   mkdir -p "$(dirname "$MLX_SYS_DIR")"
   rm -rf "$MLX_SYS_DIR.tmp"
-  cp -R "$upstream" "$MLX_SYS_DIR.tmp"
+  cp -Rp "$upstream" "$MLX_SYS_DIR.tmp"
   rm -f "$MLX_SYS_DIR.tmp/.cargo-ok"
   mv "$MLX_SYS_DIR.tmp" "$MLX_SYS_DIR"
 fi
 if ! cmp -s "$ours" "$MLX_SYS_DIR/build.rs"; then
   note "overlay scripts/mlx-sys/build.rs on ${MLX_SYS_DIR#"$root"/}/build.rs"
-  cp "$ours" "$MLX_SYS_DIR/build.rs"
+  cp -p "$ours" "$MLX_SYS_DIR/build.rs"
 fi

@@ -4,8 +4,8 @@
 #   1. setup (scripts/setup-mlx.sh): apt cmake + libclang-dev, pip mlx-cpu into .mlx/, the
 #      registry's mlx-sys copied to .mlx/ with this repository's build script;
 #   2. clippy on every crate that has MLX code, with the `mlx` features on (warnings denied);
-#   3. the conformance suite on MLX (tests/tests/mlx.rs);
-#   4. backend-mlx's own tests (src/mlx_tests.rs), the Gemma 4 fixture parity tests on MLX
+#   3. backend-mlx's own tests (src/mlx_tests.rs), the conformance suite on MLX
+#      (tests/tests/mlx.rs), the Gemma 4 fixture parity tests on MLX
 #      (logits within 1e-4 of HF, greedy and greedy-MTP tokens identical to HF, hence to the
 #      reference and candle), and `mtp generate --backend mlx` against `--backend candle` (same
 #      text, tokens and MTP counts on every fixture pair and on models/default when present).
@@ -22,17 +22,15 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 step "setup (apt, pip mlx-cpu, patched mlx-sys)"
 "$root/scripts/setup-mlx.sh"
 
-# One package selection and feature set for every step: cargo then resolves one dependency graph
-# and builds it once (another selection would rebuild candle, mlx-sys and mlx-rs with other
-# unified features).
+# One package selection, one feature set and one target list for both cargo calls: cargo then
+# resolves one dependency graph and builds it once (another selection, or test targets with other
+# dev-dependencies, would rebuild candle, mlx-sys and mlx-rs with other unified features).
 selection=(-p backend-mlx -p mtp-tests -p runner --features backend-mlx/mlx,mtp-tests/mlx,runner/mlx)
+targets=(--lib --test mlx --test fixture_target --test fixture_assistant --test cli_generate)
 
 step "clippy with the mlx features (warnings denied)"
 "$cargo_mlx" clippy "$@" "${selection[@]}" --all-targets -- -D warnings
 
-step "conformance suite on MLX"
-"$cargo_mlx" test "$@" "${selection[@]}" --test mlx -- --test-threads=1
-
-step "backend-mlx unit tests, Gemma 4 fixtures on MLX, mtp generate: mlx against candle and HF"
-"$cargo_mlx" test "$@" "${selection[@]}" --lib --test fixture_target --test fixture_assistant \
-  --test cli_generate -- --test-threads=1 mlx
+step "MLX tests: unit, conformance suite, Gemma 4 fixtures, mtp generate mlx vs candle and HF"
+# Every MLX test has "mlx" in its name (the others in these targets are not run here).
+"$cargo_mlx" test "$@" "${selection[@]}" "${targets[@]}" -- --test-threads=1 mlx

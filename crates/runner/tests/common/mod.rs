@@ -28,7 +28,7 @@ macro_rules! per_backend {
                 #[cfg(feature = "mlx")]
                 #[test]
                 fn mlx() {
-                    let _serial = crate::common::mlx_serial();
+                    let _serial = $crate::common::mlx_serial();
                     super::$check(&runner::backend_mlx::MlxBackend::default());
                 }
             }
