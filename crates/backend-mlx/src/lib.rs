@@ -1,6 +1,6 @@
 //! # backend-mlx
 //!
-//! The mtp-core [`Backend`](mtp_core::Backend) on [mlx-rs](https://github.com/oxiglade/mlx-rs)
+//! The mtp-core `Backend` on [mlx-rs](https://github.com/oxiglade/mlx-rs)
 //! 0.33 (MLX 0.32.2): arrays are `mlx_rs::Array`s, lazy until an eval or a host read. On macOS
 //! it is stock mlx-rs with Metal and Accelerate; on Linux the MLX CPU backend from the PyPI
 //! `mlx-cpu` wheel, built through `scripts/cargo-mlx` (this repository's own build script for
@@ -26,22 +26,22 @@
 //! (`mlx::fast::rope`) and `attention` (`mlx::fast::scaled_dot_product_attention`, grouped KV
 //! heads native) use MLX kernels; `gelu_tanh`, `log_softmax` and `top_k` keep the trait's
 //! default bodies (MLX fuses nothing there on the CPU). Ops only record a graph: the engine's
-//! [`eval`](mtp_core::Backend::eval) / [`async_eval`](mtp_core::Backend::async_eval) hooks and
+//! `eval` / `async_eval` hooks and
 //! the host reads (`to_vec_*`) run it, so a decode round costs one evaluation.
 //!
 //! # Threads
 //!
-//! MLX is not thread-safe. A [`MlxBackend`] and its arrays must stay on the thread that made
+//! MLX is not thread-safe. A `MlxBackend` and its arrays must stay on the thread that made
 //! them: the runner builds the backend, loads the models and runs the whole decode loop on one
 //! thread (the `mtp` CLI's main thread); the crate's tests run with `--test-threads=1`.
-//! [`MlxBackend::new`] makes its device MLX's default device for the process.
+//! `MlxBackend::new` makes its device MLX's default device for the process.
 //!
 //! # Aliasing
 //!
-//! MLX arrays are values. [`write_slice`](mtp_core::Backend::write_slice) uses MLX's
+//! MLX arrays are values. `write_slice` uses MLX's
 //! `slice_update` and replaces the written array (reusing its buffer when nothing else holds
 //! it); views and clones taken before the write keep the old contents, so
-//! [`deep_copy`](mtp_core::Backend::deep_copy) is a plain clone.
+//! `deep_copy` is a plain clone.
 
 #![warn(missing_docs)]
 
