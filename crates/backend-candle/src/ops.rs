@@ -8,7 +8,7 @@
 use candle_core::op::CmpOp;
 use candle_core::{DType as CDType, Device, Tensor};
 use half::{bf16, f16};
-use mtp_core::backend::float_to_int;
+use mtp_core::backend::{float_to_int, i32s_as_u32s};
 use mtp_core::{BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp};
 
 use crate::error::{CandleError, Result};
@@ -237,20 +237,7 @@ pub(crate) fn to_vec_u32(x: &Tensor) -> Result<Vec<u32>> {
     const OP: &str = "to_vec_u32";
     match dtype_of(OP, x)? {
         DType::U32 => Ok(x.flatten_all()?.to_vec1::<u32>()?),
-        DType::I32 => x
-            .flatten_all()?
-            .to_vec1::<i32>()?
-            .into_iter()
-            .map(|v| {
-                u32::try_from(v).map_err(|_| {
-                    CoreError::InvalidArgument {
-                        op: OP,
-                        message: format!("value {v} is not a u32"),
-                    }
-                    .into()
-                })
-            })
-            .collect(),
+        DType::I32 => Ok(i32s_as_u32s(OP, x.flatten_all()?.to_vec1::<i32>()?)?),
         other => Err(CoreError::DTypeMismatch {
             op: OP,
             expected: "an integer dtype",

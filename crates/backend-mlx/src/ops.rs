@@ -3,7 +3,7 @@
 
 use mlx_rs::ops::indexing::{argmax_axis, ArrayIndex, ArrayIndexOp, TryIndexOp};
 use mlx_rs::{ops, Array, Dtype};
-use mtp_core::backend::{check_data_len, float_to_int};
+use mtp_core::backend::{check_data_len, float_to_int, i32s_as_u32s};
 use mtp_core::{BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp};
 
 use crate::convert::{
@@ -89,18 +89,7 @@ pub(crate) fn to_vec_f32(x: &Array) -> Result<Vec<f32>> {
 pub(crate) fn to_vec_u32(x: &Array) -> Result<Vec<u32>> {
     const OP: &str = "to_vec_u32";
     match require_int(OP, x)? {
-        DType::I32 => host_values::<i32>(OP, x, Dtype::Int32)?
-            .into_iter()
-            .map(|v| {
-                u32::try_from(v).map_err(|_| {
-                    CoreError::InvalidArgument {
-                        op: OP,
-                        message: format!("value {v} is not a u32"),
-                    }
-                    .into()
-                })
-            })
-            .collect(),
+        DType::I32 => Ok(i32s_as_u32s(OP, host_values(OP, x, Dtype::Int32)?)?),
         _ => host_values(OP, x, Dtype::Uint32),
     }
 }

@@ -220,6 +220,20 @@ pub fn float_to_int(op: &'static str, dtype: DType, v: f64) -> Result<i64, CoreE
     Ok(t as i64)
 }
 
+/// `I32` values read back by [`Backend::to_vec_u32`] as `u32`s; a negative one is an error
+/// naming `op`.
+pub fn i32s_as_u32s(op: &'static str, values: Vec<i32>) -> Result<Vec<u32>, CoreError> {
+    values
+        .into_iter()
+        .map(|v| {
+            u32::try_from(v).map_err(|_| CoreError::InvalidArgument {
+                op,
+                message: format!("value {v} is not a u32"),
+            })
+        })
+        .collect()
+}
+
 /// Check a [`Backend::write_slice`] of a `src` shape into a `dst` shape along `axis` at `start`
 /// (same rank, equal dims off `axis`, fits inside `dst`) and return the written length.
 pub fn check_write_slice(
