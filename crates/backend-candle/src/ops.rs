@@ -8,6 +8,7 @@
 use candle_core::op::CmpOp;
 use candle_core::{DType as CDType, Device, Tensor};
 use half::{bf16, f16};
+use mtp_core::backend::{float_to_int, i32s_as_u32s};
 use mtp_core::{BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp};
 
 use crate::error::{CandleError, Result};
@@ -208,24 +209,6 @@ pub(crate) fn from_i32(device: &Device, data: &[i32], shape: &[usize]) -> Result
     Ok(Tensor::from_slice(data, shape.to_vec(), device)?)
 }
 
-/// `value` truncated toward zero into an integer dtype; NaN, infinities and values outside the
-/// dtype's range are errors (the reference backend's rule).
-fn float_to_int(op: &'static str, dtype: DType, value: f32) -> Result<i64> {
-    let (lo, hi) = match dtype {
-        DType::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
-        _ => (0.0, f64::from(u32::MAX)),
-    };
-    let t = f64::from(value).trunc();
-    if !t.is_finite() || t < lo || t > hi {
-        return Err(CoreError::InvalidArgument {
-            op,
-            message: format!("{value} does not fit {dtype}"),
-        }
-        .into());
-    }
-    Ok(t as i64)
-}
-
 pub(crate) fn full(device: &Device, shape: &[usize], value: f32, dtype: DType) -> Result<Tensor> {
     const OP: &str = "full";
     checked_numel(OP, shape)?;
@@ -235,11 +218,11 @@ pub(crate) fn full(device: &Device, shape: &[usize], value: f32, dtype: DType) -
         DType::F16 => Tensor::full(f16::from_f32(value), shape, device)?,
         DType::BF16 => Tensor::full(bf16::from_f32(value), shape, device)?,
         DType::I32 => {
-            let v = i32::try_from(float_to_int(OP, dtype, value)?).unwrap_or(i32::MAX);
+            let v = i32::try_from(float_to_int(OP, dtype, f64::from(value))?).unwrap_or(i32::MAX);
             Tensor::full(v, shape, device)?
         }
         DType::U32 => {
-            let v = u32::try_from(float_to_int(OP, dtype, value)?).unwrap_or(u32::MAX);
+            let v = u32::try_from(float_to_int(OP, dtype, f64::from(value))?).unwrap_or(u32::MAX);
             Tensor::full(v, shape, device)?
         }
     };
@@ -254,20 +237,7 @@ pub(crate) fn to_vec_u32(x: &Tensor) -> Result<Vec<u32>> {
     const OP: &str = "to_vec_u32";
     match dtype_of(OP, x)? {
         DType::U32 => Ok(x.flatten_all()?.to_vec1::<u32>()?),
-        DType::I32 => x
-            .flatten_all()?
-            .to_vec1::<i32>()?
-            .into_iter()
-            .map(|v| {
-                u32::try_from(v).map_err(|_| {
-                    CoreError::InvalidArgument {
-                        op: OP,
-                        message: format!("value {v} is not a u32"),
-                    }
-                    .into()
-                })
-            })
-            .collect(),
+        DType::I32 => Ok(i32s_as_u32s(OP, x.flatten_all()?.to_vec1::<i32>()?)?),
         other => Err(CoreError::DTypeMismatch {
             op: OP,
             expected: "an integer dtype",

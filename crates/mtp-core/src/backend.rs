@@ -198,6 +198,42 @@ pub fn check_data_len(op: &'static str, len: usize, shape: &[usize]) -> Result<(
     Ok(())
 }
 
+/// The inclusive range of values of an integer dtype (`I32` for the float dtypes).
+pub fn int_range(dtype: DType) -> (i64, i64) {
+    match dtype {
+        DType::U32 => (0, i64::from(u32::MAX)),
+        _ => (i64::from(i32::MIN), i64::from(i32::MAX)),
+    }
+}
+
+/// `v` converted to the integer `dtype`, truncating toward zero; non-finite or out-of-range
+/// values are an error naming `op` (the rule of every backend's `full` with an integer dtype).
+pub fn float_to_int(op: &'static str, dtype: DType, v: f64) -> Result<i64, CoreError> {
+    let (lo, hi) = int_range(dtype);
+    let t = v.trunc();
+    if !t.is_finite() || t < lo as f64 || t > hi as f64 {
+        return Err(CoreError::InvalidArgument {
+            op,
+            message: format!("{v} does not fit {dtype}"),
+        });
+    }
+    Ok(t as i64)
+}
+
+/// `I32` values read back by [`Backend::to_vec_u32`] as `u32`s; a negative one is an error
+/// naming `op`.
+pub fn i32s_as_u32s(op: &'static str, values: Vec<i32>) -> Result<Vec<u32>, CoreError> {
+    values
+        .into_iter()
+        .map(|v| {
+            u32::try_from(v).map_err(|_| CoreError::InvalidArgument {
+                op,
+                message: format!("value {v} is not a u32"),
+            })
+        })
+        .collect()
+}
+
 /// Check a [`Backend::write_slice`] of a `src` shape into a `dst` shape along `axis` at `start`
 /// (same rank, equal dims off `axis`, fits inside `dst`) and return the written length.
 pub fn check_write_slice(

@@ -16,8 +16,9 @@
 //!
 //! Cargo features: `candle` (default) adds the candle backend (re-exported as
 //! [`backend_candle`] when enabled), with `metal`, `cuda`, `accelerate` and `mkl` passed
-//! through; `cli` (default) builds the `mtp` program. With `default-features = false` the library
-//! builds on mtp-core and its reference backend only.
+//! through; `mlx` adds the MLX backend (re-exported as `backend_mlx`; see the workspace README
+//! for the Linux build); `cli` (default) builds the `mtp` program. With `default-features = false`
+//! the library builds on mtp-core and its reference backend only.
 #![warn(missing_docs)]
 
 pub mod defaults;
@@ -28,6 +29,8 @@ pub mod tokenizer;
 
 #[cfg(feature = "candle")]
 pub use backend_candle;
+#[cfg(feature = "mlx")]
+pub use backend_mlx;
 pub use defaults::ModelPaths;
 pub use pipeline::{Generation, LoadStage, ModelRole, Pipeline, PipelineError};
 pub use tokenizer::{PromptFormat, Tokenizer};

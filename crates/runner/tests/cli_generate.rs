@@ -362,3 +362,78 @@ fn the_default_pair_comes_from_mtp_model_dir() {
         "the default pair includes the drafter"
     );
 }
+
+#[cfg(feature = "mlx")]
+#[test]
+fn greedy_matches_hf_on_mlx() {
+    greedy_matches_hf("mlx");
+}
+
+/// The MTP counts that must not depend on the backend at temperature 0.
+#[cfg(all(feature = "mlx", feature = "candle"))]
+const BACKEND_FREE_STATS: [&str; 5] = [
+    "drafted",
+    "accepted",
+    "iterations",
+    "per_position",
+    "all_accepted",
+];
+
+/// `mtp generate --temperature 0` prints the same text, tokens and MTP acceptance counts on MLX
+/// as on candle: for every fixture pair, and for the default pair (`models/default`) when the
+/// checkout has it.
+#[cfg(all(feature = "mlx", feature = "candle"))]
+#[test]
+fn mlx_prints_what_candle_prints() {
+    let run = |backend: &str, model: &[&str], prompt: &str| {
+        let mut cmd = mtp();
+        cmd.arg("generate").args(model).arg(prompt);
+        cmd.args([
+            "--json",
+            "--temperature",
+            "0",
+            "-n",
+            "24",
+            "--backend",
+            backend,
+        ]);
+        let out = cmd.output().expect("mtp runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{backend}: mtp failed: {stderr}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        json
+    };
+    let mut pairs: Vec<(String, Vec<String>, String)> = cases()
+        .into_iter()
+        .map(|case| {
+            let model = vec![
+                "--model".to_string(),
+                case.target().display().to_string(),
+                "--draft".to_string(),
+                case.assistant().display().to_string(),
+            ];
+            (case.name.clone(), model, case.prompt_text.clone())
+        })
+        .collect();
+    let default = runner::defaults::workspace_default_dir();
+    if default.join("target").is_dir() && default.join("assistant").is_dir() {
+        let prompt = "Write a short story about a lighthouse keeper.".to_string();
+        pairs.push(("models/default".to_string(), Vec::new(), prompt));
+    } else {
+        eprintln!("no models/default in this checkout: fixture pairs only");
+    }
+    for (name, model, prompt) in pairs {
+        let model: Vec<&str> = model.iter().map(String::as_str).collect();
+        let candle = run("candle", &model, &prompt);
+        let mlx = run("mlx", &model, &prompt);
+        assert_eq!(mlx["text"], candle["text"], "{name}: text");
+        assert_eq!(mlx["tokens"], candle["tokens"], "{name}: tokens");
+        for key in BACKEND_FREE_STATS {
+            assert_eq!(mlx["mtp"][key], candle["mtp"][key], "{name}: mtp.{key}");
+        }
+        eprintln!(
+            "{name}: same text on mlx and candle; mtp accepted {} of {} drafted",
+            mlx["mtp"]["accepted"], mlx["mtp"]["drafted"]
+        );
+    }
+}

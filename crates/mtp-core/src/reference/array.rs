@@ -164,27 +164,8 @@ pub(super) fn wrap_int(dtype: DType, v: i64) -> i64 {
     }
 }
 
-/// The inclusive range of values of the integer `dtype`.
-pub(super) fn int_range(dtype: DType) -> (i64, i64) {
-    match dtype {
-        DType::U32 => (0, i64::from(u32::MAX)),
-        _ => (i64::from(i32::MIN), i64::from(i32::MAX)),
-    }
-}
-
-/// `v` converted to the integer `dtype`, truncating toward zero; non-finite or out-of-range
-/// values are an error.
-pub(super) fn float_to_int(op: &'static str, dtype: DType, v: f64) -> CoreResult<i64> {
-    let (lo, hi) = int_range(dtype);
-    let t = v.trunc();
-    if !t.is_finite() || t < lo as f64 || t > hi as f64 {
-        return Err(CoreError::InvalidArgument {
-            op,
-            message: format!("{v} does not fit {dtype}"),
-        });
-    }
-    Ok(t as i64)
-}
+/// The value range of an integer dtype, and float-to-int conversion (shared by every backend).
+pub(super) use crate::backend::{float_to_int, int_range};
 
 // ---------------------------------------------------------------------------- validation
 

@@ -62,7 +62,7 @@ pub enum BackendChoice {
     Reference,
     /// Candle (CPU; CUDA / Metal when built with the `cuda` / `metal` features).
     Candle,
-    /// MLX (not built yet).
+    /// MLX (Metal on macOS, CPU on Linux) when built with the `mlx` feature.
     Mlx,
 }
 

@@ -13,7 +13,7 @@ use runner::loading::LoadOptions;
 use runner::{ModelPaths, PromptFormat};
 
 use super::args::GenerateArgs;
-use super::backend::AnyBackend;
+use super::backend::{with_backend, AnyBackend};
 use super::output::{print_json, summary, TextStream};
 use super::progress::load_pipeline;
 
@@ -30,11 +30,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let options = LoadOptions {
         dtype: args.model.dtype.into(),
     };
-    match backend {
-        AnyBackend::Reference(b) => run_on(b, &args, &prompt, &paths, &options),
-        #[cfg(feature = "candle")]
-        AnyBackend::Candle(b) => run_on(b, &args, &prompt, &paths, &options),
-    }
+    with_backend!(backend, |b| run_on(b, &args, &prompt, &paths, &options))
 }
 
 /// The prompt from the argument, else from standard input (one trailing newline dropped).

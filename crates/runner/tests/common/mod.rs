@@ -8,7 +8,8 @@ use mtp_core::reference::ReferenceBackend;
 use mtp_core::Backend;
 
 /// Instantiate generic fixture checks (`fn check<B: Backend>(b: &B)`) once per backend: the host
-/// reference backend and candle's CPU device.
+/// reference backend, candle's CPU device and, with the `mlx` feature, MLX (serialised by
+/// [`mlx_serial`]: MLX is not thread-safe).
 #[macro_export]
 macro_rules! per_backend {
     ($($check:ident),* $(,)?) => {
@@ -23,12 +24,29 @@ macro_rules! per_backend {
                 fn candle_cpu() {
                     super::$check(&backend_candle::CandleBackend::cpu());
                 }
+
+                #[cfg(feature = "mlx")]
+                #[test]
+                fn mlx() {
+                    let _serial = $crate::common::mlx_serial();
+                    super::$check(&runner::backend_mlx::MlxBackend::default());
+                }
             }
         )*
     };
 }
+
 use runner::loading::{load_assistant, load_target, LoadOptions, TensorStore};
 use runner::models::{Gemma4Assistant, Gemma4Target};
+
+/// A process-wide lock held by every MLX test, so that MLX runs on one thread at a time even when
+/// the test harness runs tests in parallel.
+#[cfg(feature = "mlx")]
+pub fn mlx_serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// The backend of the backend-independent tests (loader errors).
 pub type B = ReferenceBackend;

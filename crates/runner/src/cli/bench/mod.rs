@@ -27,7 +27,7 @@ use self::measure::{deepest_draft, run_passes, timed_engine, Workload};
 use self::plan::Plan;
 use self::report::{Context, Report, Setup};
 use self::timed::{ModelClock, TimedDrafter, TimedTarget};
-use super::backend::AnyBackend;
+use super::backend::{with_backend, AnyBackend};
 use super::progress::load_pipeline;
 
 /// Run `mtp bench`.
@@ -44,11 +44,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         dtype: args.model.dtype.into(),
     };
     let dtype = format!("{:?}", args.model.dtype).to_lowercase();
-    let report = match backend {
-        AnyBackend::Reference(b) => run_on(b, &plan, &paths, &options, dtype)?,
-        #[cfg(feature = "candle")]
-        AnyBackend::Candle(b) => run_on(b, &plan, &paths, &options, dtype)?,
-    };
+    let report = with_backend!(backend, |b| run_on(b, &plan, &paths, &options, dtype))?;
     print!("{}", table::render(&report));
     let json = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
     std::fs::write(&args.plan.json, json + "\n")

@@ -1,0 +1,201 @@
+//! [`MlxBackend`]: the handle and its `impl Backend`, delegating to `ops` and `fused`.
+
+use mlx_rs::Array;
+use mtp_core::{AttentionMask, Backend, BinaryOp, CompareOp, DType, ReduceOp, SortOrder, UnaryOp};
+
+use crate::convert::{nearest_dtype, shape_of};
+use crate::device::MlxDevice;
+use crate::error::Result;
+use crate::{fused, ops};
+
+/// The MLX backend: a handle on one [`MlxDevice`] (the CPU, or the GPU on macOS).
+#[derive(Debug, Clone)]
+pub struct MlxBackend {
+    device: MlxDevice,
+}
+
+impl MlxBackend {
+    /// A backend computing on `device`, which becomes MLX's default device for the process
+    /// (MLX ops run on the default device's stream).
+    pub fn new(device: MlxDevice) -> Self {
+        mlx_rs::Device::set_default(&device.to_mlx());
+        Self { device }
+    }
+
+    /// A backend on the CPU.
+    pub fn cpu() -> Self {
+        Self::new(MlxDevice::Cpu)
+    }
+
+    /// A backend from a device spec (see [`MlxDevice::from_spec`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`MlxDevice::from_spec`].
+    pub fn from_spec(spec: &str) -> Result<Self> {
+        Ok(Self::new(MlxDevice::from_spec(spec)?))
+    }
+}
+
+impl Default for MlxBackend {
+    fn default() -> Self {
+        Self::cpu()
+    }
+}
+
+impl Backend for MlxBackend {
+    type Device = MlxDevice;
+    type Array = Array;
+    type Error = crate::MlxError;
+
+    /// `mlx-cpu` or `mlx-metal`.
+    fn name(&self) -> String {
+        self.device.backend_name().to_string()
+    }
+
+    fn device(&self) -> &MlxDevice {
+        &self.device
+    }
+
+    fn from_f32(&self, data: &[f32], shape: &[usize], dtype: DType) -> Result<Array> {
+        ops::from_f32(data, shape, dtype)
+    }
+
+    fn from_u32(&self, data: &[u32], shape: &[usize]) -> Result<Array> {
+        ops::from_u32(data, shape)
+    }
+
+    fn from_i32(&self, data: &[i32], shape: &[usize]) -> Result<Array> {
+        ops::from_i32(data, shape)
+    }
+
+    fn full(&self, shape: &[usize], value: f32, dtype: DType) -> Result<Array> {
+        ops::full(shape, value, dtype)
+    }
+
+    fn to_vec_f32(&self, x: &Array) -> Result<Vec<f32>> {
+        ops::to_vec_f32(x)
+    }
+
+    fn to_vec_u32(&self, x: &Array) -> Result<Vec<u32>> {
+        ops::to_vec_u32(x)
+    }
+
+    fn shape(&self, x: &Array) -> Vec<usize> {
+        shape_of(x)
+    }
+
+    /// The dtype of `x`. An array built outside this backend in a dtype mtp-core has no name for
+    /// reports the nearest one (other floats as `F32`, signed ints as `I32`, unsigned and bool
+    /// as `U32`); ops on it fail with [`MlxError::UnsupportedDType`](crate::MlxError).
+    fn dtype(&self, x: &Array) -> DType {
+        nearest_dtype(x.dtype())
+    }
+
+    fn cast(&self, x: &Array, dtype: DType) -> Result<Array> {
+        ops::cast(x, dtype)
+    }
+
+    fn reshape(&self, x: &Array, shape: &[usize]) -> Result<Array> {
+        ops::reshape(x, shape)
+    }
+
+    fn transpose(&self, x: &Array, a: usize, b: usize) -> Result<Array> {
+        ops::transpose(x, a, b)
+    }
+
+    fn slice(&self, x: &Array, axis: usize, start: usize, len: usize) -> Result<Array> {
+        ops::slice(x, axis, start, len)
+    }
+
+    fn concat(&self, xs: &[&Array], axis: usize) -> Result<Array> {
+        ops::concat(xs, axis)
+    }
+
+    fn binary(&self, a: &Array, b: &Array, op: BinaryOp) -> Result<Array> {
+        ops::binary(a, b, op)
+    }
+
+    fn unary(&self, x: &Array, op: UnaryOp) -> Result<Array> {
+        ops::unary(x, op)
+    }
+
+    fn compare(&self, a: &Array, b: &Array, op: CompareOp) -> Result<Array> {
+        ops::compare(a, b, op)
+    }
+
+    fn where_cond(&self, cond: &Array, a: &Array, b: &Array) -> Result<Array> {
+        ops::where_cond(cond, a, b)
+    }
+
+    fn reduce(&self, x: &Array, axis: usize, op: ReduceOp) -> Result<Array> {
+        ops::reduce(x, axis, op)
+    }
+
+    fn argmax(&self, x: &Array, axis: usize) -> Result<Array> {
+        ops::argmax(x, axis)
+    }
+
+    fn argsort(&self, x: &Array, axis: usize, order: SortOrder) -> Result<Array> {
+        ops::argsort(x, axis, order)
+    }
+
+    fn cumsum(&self, x: &Array, axis: usize) -> Result<Array> {
+        ops::cumsum(x, axis)
+    }
+
+    fn embedding(&self, table: &Array, ids: &Array) -> Result<Array> {
+        ops::embedding(table, ids)
+    }
+
+    fn take_along_axis(&self, x: &Array, indices: &Array, axis: usize) -> Result<Array> {
+        ops::take_along_axis(x, indices, axis)
+    }
+
+    fn scatter(&self, x: &Array, indices: &Array, src: &Array, axis: usize) -> Result<Array> {
+        ops::scatter(x, indices, src, axis)
+    }
+
+    fn matmul(&self, a: &Array, b: &Array) -> Result<Array> {
+        ops::matmul(a, b)
+    }
+
+    // ------------------------------------------------------------------ hooks
+
+    fn eval(&self, xs: &[&Array]) -> Result<()> {
+        fused::eval(xs)
+    }
+
+    fn async_eval(&self, xs: &[&Array]) -> Result<()> {
+        fused::async_eval(xs)
+    }
+
+    fn write_slice(&self, dst: &mut Array, src: &Array, axis: usize, start: usize) -> Result<()> {
+        fused::write_slice(dst, src, axis, start)
+    }
+
+    // ------------------------------------------------------------------ fused ops (kernels)
+
+    fn softmax(&self, x: &Array, axis: usize) -> Result<Array> {
+        fused::softmax(x, axis)
+    }
+
+    fn rms_norm(&self, x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
+        fused::rms_norm(x, weight, eps)
+    }
+
+    fn rope(&self, x: &Array, start: usize, inv_freq: &[f32]) -> Result<Array> {
+        fused::rope(x, start, inv_freq)
+    }
+
+    fn attention(
+        &self,
+        q: &Array,
+        k: &Array,
+        v: &Array,
+        mask: &AttentionMask,
+        scale: f32,
+    ) -> Result<Array> {
+        fused::attention(q, k, v, mask, scale)
+    }
+}
