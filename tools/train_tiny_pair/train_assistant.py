@@ -59,6 +59,22 @@ def init_from_target(assistant: Gemma4AssistantForCausalLM, target: Gemma4ForCau
     log.info("assistant warm start: %d of %d tensors from the target", len(copied), len(a_state))
 
 
+def assistant_step(assistant, tok_emb, h_in, masks, positions, shared) -> torch.Tensor:
+    """One chain step for the first `tok_emb.shape[1]` queries: the assistant's last hidden state
+    (before `post_projection`) from concat(token embedding, incoming hidden)."""
+    valid = tok_emb.shape[1]
+    out = assistant.model(
+        inputs_embeds=assistant.pre_projection(torch.cat([tok_emb, h_in], dim=-1)),
+        attention_mask={n: m[:, :, :valid] for n, m in masks.items()},
+        position_ids=positions[:, :valid],
+        shared_kv_states=shared,
+        use_cache=False,
+        # Keeps every query row (HF otherwise slices KV-shared layers' inputs to the last token).
+        output_hidden_states=True,
+    )
+    return out.last_hidden_state
+
+
 def chain_loss(target, assistant, x: torch.Tensor, masks) -> tuple[torch.Tensor, list[float]]:
     B, L = x.shape
     with torch.no_grad():
@@ -74,18 +90,7 @@ def chain_loss(target, assistant, x: torch.Tensor, masks) -> tuple[torch.Tensor,
     for k, weight in enumerate(STEP_WEIGHTS, start=1):
         # Token fed at step k for query t is x_{t+k-1}; valid while t+k-1 <= L-1.
         valid = L - k  # queries t = 1..L-k
-        tok_emb = emb[:, k : k + valid]
-        inputs = torch.cat([tok_emb, h_in[:, :valid]], dim=-1)
-        a_out = assistant.model(
-            inputs_embeds=assistant.pre_projection(inputs),
-            attention_mask={n: m[:, :, :valid] for n, m in masks.items()},
-            position_ids=positions[:, :valid],
-            shared_kv_states=shared,
-            use_cache=False,
-            # Keeps every query row (HF otherwise slices KV-shared layers' inputs to the last token).
-            output_hidden_states=True,
-        )
-        last = a_out.last_hidden_state
+        last = assistant_step(assistant, emb[:, k : k + valid], h_in[:, :valid], masks, positions, shared)
         q_log = F.log_softmax(assistant.lm_head(last).float(), dim=-1)
         p = p_log[:, k : k + valid]  # target's distribution at t+k-1
         kl = (p.exp() * (p - q_log)).sum(-1).mean()
@@ -112,16 +117,7 @@ def heldout_acceptance(target, assistant, windows, masks) -> list[float]:
         h_in = out.hidden_states[-1][:, :-1]
         for k in range(1, len(STEP_WEIGHTS) + 1):
             valid = L - k
-            inputs = torch.cat([emb[:, k : k + valid], h_in[:, :valid]], dim=-1)
-            a_out = assistant.model(
-                inputs_embeds=assistant.pre_projection(inputs),
-                attention_mask={n: m[:, :, :valid] for n, m in masks.items()},
-                position_ids=positions[:, :valid],
-                shared_kv_states=shared,
-                use_cache=False,
-                output_hidden_states=True,
-            )
-            last = a_out.last_hidden_state
+            last = assistant_step(assistant, emb[:, k : k + valid], h_in[:, :valid], masks, positions, shared)
             q_arg = assistant.lm_head(last).argmax(-1)
             hits[k - 1] += float((q_arg == p_arg[:, k : k + valid]).sum())
             counts[k - 1] += q_arg.numel()
