@@ -75,7 +75,11 @@ fn greedy<B: Backend>(p: &Pipeline<B>, prompt: &[u32], n: usize, depth: Option<u
 fn target_matches_hf<B: Backend>(backend: B, count: usize) {
     let hf = hf_run();
     let prompts = prompts();
-    assert_eq!(prompts.len(), hf.prompt_ids.len(), "prompts.txt and hf.json agree");
+    assert_eq!(
+        prompts.len(),
+        hf.prompt_ids.len(),
+        "prompts.txt and hf.json agree"
+    );
     assert!(prompts.len() >= 20, "at least 20 committed prompts");
     let pipeline = load(backend);
     for (i, text) in prompts.iter().enumerate().take(count) {
@@ -112,10 +116,15 @@ fn greedy_mtp_equals_hf_greedy_and_accepts_real_drafts() {
     }
     let mean_accepted = accepted as f64 / rounds as f64;
     let first = first_accepted as f64 / first_drafted as f64;
-    eprintln!("depth 4, greedy: {mean_accepted:.3} accepted drafts per round, position 1 {first:.3}");
+    eprintln!(
+        "depth 4, greedy: {mean_accepted:.3} accepted drafts per round, position 1 {first:.3}"
+    );
     // Measured when the pair was trained: 2.02 accepted drafts per round (3.02 tokens), position 1
     // at 0.746 (models/README.md). The bounds leave margin for other machines' float noise.
-    assert!(mean_accepted > 1.5, "mean accepted drafts per round {mean_accepted:.3}");
+    assert!(
+        mean_accepted > 1.5,
+        "mean accepted drafts per round {mean_accepted:.3}"
+    );
     assert!(first > 0.6, "first-position acceptance {first:.3}");
 }
 
@@ -130,7 +139,13 @@ fn the_first_readme_command_runs_the_default_pair() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stderr: {stderr}");
-    assert!(stdout.contains("God"), "KJV-like text expected, got {stdout:?}");
-    assert!(stderr.contains("mode: greedy-mtp"), "stats expected, got {stderr:?}");
+    assert!(
+        stdout.contains("God"),
+        "KJV-like text expected, got {stdout:?}"
+    );
+    assert!(
+        stderr.contains("mode: greedy-mtp"),
+        "stats expected, got {stderr:?}"
+    );
     assert!(stderr.contains("per-position acceptance"), "{stderr}");
 }
