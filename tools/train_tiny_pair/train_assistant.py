@@ -95,7 +95,7 @@ def chain_loss(target, assistant, x: torch.Tensor, masks) -> tuple[torch.Tensor,
         p = p_log[:, k : k + valid]  # target's distribution at t+k-1
         kl = (p.exp() * (p - q_log)).sum(-1).mean()
         total = total + weight * kl
-        per_step.append(float(kl))
+        per_step.append(kl.item())
         h_in = assistant.post_projection(last)
     return total, per_step
 

@@ -31,7 +31,7 @@ def heldout_loss(model: Gemma4ForCausalLM, windows: torch.Tensor, batch: int = 1
         x = windows[i : i + batch]
         out = model(input_ids=x, labels=x, use_cache=False)
         n = x.shape[0] * (x.shape[1] - 1)
-        total += float(out.loss) * n
+        total += out.loss.item() * n
         count += n
     model.train()
     return total / count
@@ -66,9 +66,9 @@ def train(train_stream, held_stream, *, seed: int, steps: int, batch: int, lr: f
             h = heldout_loss(model, held)
             elapsed = time.time() - t0
             tps = (step + 1) * batch * configs.SEQ_LEN / elapsed
-            history.append({"step": step + 1, "train_loss": float(out.loss), "heldout_loss": h, "seconds": elapsed})
+            history.append({"step": step + 1, "train_loss": out.loss.item(), "heldout_loss": h, "seconds": elapsed})
             log.info("step %d train %.3f held-out %.3f (ppl %.1f) %.0f tok/s %.0fs",
-                     step + 1, float(out.loss), h, math.exp(h), tps, elapsed)
+                     step + 1, out.loss.item(), h, math.exp(h), tps, elapsed)
             if h < best:
                 best = h
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
