@@ -8,7 +8,7 @@
 use candle_core::op::CmpOp;
 use candle_core::{DType as CDType, Device, Tensor};
 use half::{bf16, f16};
-use mtp_core::backend::{float_to_int, i32s_as_u32s};
+use mtp_core::backend::{check_f32_source, float_to_int, i32s_as_u32s};
 use mtp_core::{BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp};
 
 use crate::error::{CandleError, Result};
@@ -182,15 +182,7 @@ pub(crate) fn from_f32(
     dtype: DType,
 ) -> Result<Tensor> {
     const OP: &str = "from_f32";
-    if !dtype.is_float() {
-        return Err(CoreError::DTypeMismatch {
-            op: OP,
-            expected: "a float dtype",
-            got: dtype,
-        }
-        .into());
-    }
-    check_len(OP, data.len(), shape)?;
+    check_f32_source(OP, data.len(), shape, dtype)?;
     let t = Tensor::from_slice(data, shape.to_vec(), device)?;
     if dtype == DType::F32 {
         Ok(t)

@@ -3,7 +3,7 @@
 
 use mlx_rs::ops::indexing::{argmax_axis, ArrayIndex, ArrayIndexOp, TryIndexOp};
 use mlx_rs::{ops, Array, Dtype};
-use mtp_core::backend::{check_data_len, float_to_int, i32s_as_u32s};
+use mtp_core::backend::{check_data_len, check_f32_source, float_to_int, i32s_as_u32s};
 use mtp_core::{BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp};
 
 use crate::convert::{
@@ -15,15 +15,7 @@ use crate::error::{Context, Result};
 
 pub(crate) fn from_f32(data: &[f32], shape: &[usize], dtype: DType) -> Result<Array> {
     const OP: &str = "from_f32";
-    if !dtype.is_float() {
-        return Err(CoreError::DTypeMismatch {
-            op: OP,
-            expected: "a float dtype",
-            got: dtype,
-        }
-        .into());
-    }
-    check_data_len(OP, data.len(), shape)?;
+    check_f32_source(OP, data.len(), shape, dtype)?;
     let x = Array::from_slice(data, &dims(OP, shape)?);
     if dtype == DType::F32 {
         return Ok(x);

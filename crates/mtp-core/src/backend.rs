@@ -198,6 +198,24 @@ pub fn check_data_len(op: &'static str, len: usize, shape: &[usize]) -> Result<(
     Ok(())
 }
 
+/// An error naming `op` unless `dtype` is a float dtype and `len` host values exactly fill
+/// `shape`: the argument rule of every backend's `from_f32`.
+pub fn check_f32_source(
+    op: &'static str,
+    len: usize,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<(), CoreError> {
+    if !dtype.is_float() {
+        return Err(CoreError::DTypeMismatch {
+            op,
+            expected: "a float dtype",
+            got: dtype,
+        });
+    }
+    check_data_len(op, len, shape)
+}
+
 /// The inclusive range of values of an integer dtype (`I32` for the float dtypes).
 pub fn int_range(dtype: DType) -> (i64, i64) {
     match dtype {

@@ -5,18 +5,11 @@ use super::array::{
 };
 use crate::{CoreError, CoreResult, DType};
 
-use crate::backend::check_data_len as check_len;
+use crate::backend::{check_data_len as check_len, check_f32_source};
 
 pub(super) fn from_f32(data: &[f32], shape: &[usize], dtype: DType) -> CoreResult<HostArray> {
     const OP: &str = "from_f32";
-    if !dtype.is_float() {
-        return Err(CoreError::DTypeMismatch {
-            op: OP,
-            expected: "a float dtype",
-            got: dtype,
-        });
-    }
-    check_len(OP, data.len(), shape)?;
+    check_f32_source(OP, data.len(), shape, dtype)?;
     Ok(HostArray::from_f32_values(
         shape.to_vec(),
         dtype,
