@@ -1,7 +1,9 @@
 //! [`MlxBackend`]: the handle and its `impl Backend`, delegating to `ops` and `fused`.
 
 use mlx_rs::Array;
-use mtp_core::{AttentionMask, Backend, BinaryOp, CompareOp, DType, ReduceOp, SortOrder, UnaryOp};
+use mtp_core::{
+    AttentionMask, Backend, BinaryOp, CompareOp, DType, Execution, ReduceOp, SortOrder, UnaryOp,
+};
 
 use crate::convert::{nearest_dtype, shape_of};
 use crate::device::MlxDevice;
@@ -161,6 +163,10 @@ impl Backend for MlxBackend {
     }
 
     // ------------------------------------------------------------------ hooks
+
+    fn execution(&self) -> Execution {
+        Execution::Lazy
+    }
 
     fn eval(&self, xs: &[&Array]) -> Result<()> {
         fused::eval(xs)

@@ -338,6 +338,17 @@ impl RopeTables {
     }
 }
 
+/// When a backend's ops do their work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Execution {
+    /// Each op computes its result before it returns (the reference backend, candle on the CPU).
+    #[default]
+    Eager,
+    /// Ops record a graph; [`Backend::eval`], [`Backend::async_eval`] or a host read runs it
+    /// (MLX).
+    Lazy,
+}
+
 /// The array backend every model, cache and decode loop is written against.
 ///
 /// See the [module docs](self) for the conventions. Implementations: the host
@@ -479,6 +490,12 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
     fn matmul(&self, a: &Self::Array, b: &Self::Array) -> Result<Self::Array, Self::Error>;
 
     // ------------------------------------------------------------------ hooks
+
+    /// Whether ops run when called or build a graph that runs later (default: eager). Lazy
+    /// backends get the engine's evaluation overlap (see `engine::EvalOverlap`).
+    fn execution(&self) -> Execution {
+        Execution::Eager
+    }
 
     /// Force evaluation of lazy arrays (no-op on eager backends).
     fn eval(&self, _xs: &[&Self::Array]) -> Result<(), Self::Error> {

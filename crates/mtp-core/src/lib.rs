@@ -34,8 +34,8 @@ pub mod schedule;
 pub mod testing;
 
 pub use backend::{
-    AttentionMask, Backend, BinaryOp, Causality, CompareOp, ReduceOp, RopeTables, SortOrder,
-    UnaryOp,
+    AttentionMask, Backend, BinaryOp, Causality, CompareOp, Execution, ReduceOp, RopeTables,
+    SortOrder, UnaryOp,
 };
 pub use dtype::DType;
 pub use error::{CoreError, CoreResult};

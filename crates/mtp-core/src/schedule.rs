@@ -70,12 +70,15 @@ pub struct RoundReport {
     pub drafted: usize,
     /// Drafts accepted (at most `drafted`).
     pub accepted: usize,
-    /// Wall time of the whole round (drafting and verification).
+    /// Wall time of the round up to its verdict: drafting (also when it ran early) and
+    /// verification, not the emission of its tokens.
     pub elapsed: Duration,
 }
 
-/// A draft-depth schedule. The engine asks [`depth`](Self::depth) before each round, may cap it
-/// further (by the token budget), and reports the round with [`observe`](Self::observe).
+/// A draft-depth schedule. The engine asks [`depth`](Self::depth) before each round (and, with
+/// the evaluation overlap, once more between a round's verdict and its emission, to draft the
+/// next round early; those drafts are used only if the round then asks for the same depth), may
+/// cap it further (by the token budget), and reports the round with [`observe`](Self::observe).
 pub trait DraftSchedule: fmt::Debug {
     /// How many drafts to propose this round (0 allowed for the adaptive schedule).
     fn depth(&mut self) -> usize;

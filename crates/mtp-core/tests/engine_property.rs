@@ -1,13 +1,15 @@
 //! Property: greedy MTP emits exactly the tokens of plain greedy decode, for random tiny models,
-//! prompts, drafters, every schedule and every validation mode — and the check catches a wrong
-//! acceptance rule.
+//! prompts, drafters, every schedule and every validation mode, with and without the evaluation
+//! overlap — and the check catches a wrong acceptance rule.
 
 mod common;
 
 use common::*;
 use mtp_core::acceptance::{AcceptanceRules, RoundEnd, Verdict};
-use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
-use mtp_core::model::MtpDrafter;
+use mtp_core::engine::{
+    CancelToken, DiscardSink, DoneReason, Engine, EvalOverlap, GenerateRequest,
+};
+use mtp_core::model::{MtpDrafter, TargetModel};
 use mtp_core::options::ValidationMode;
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::testing::{LayerKind, TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget};
@@ -90,29 +92,57 @@ fn instance(seed: u64) -> Instance {
 fn first_divergence(inst: &Instance, rules: AcceptanceRules) -> Option<String> {
     let b = B::default();
     let expected = plain(&inst.target, &inst.request);
+    // Plain decode run one token ahead (the overlap) is plain decode.
+    let ahead = Engine::new(&b, &inst.target)
+        .with_env(no_env())
+        .with_overlap(EvalOverlap::Always)
+        .generate(&inst.request, &mut DiscardSink, &CancelToken::new())
+        .expect("pipelined plain decode runs");
+    if ahead.tokens != expected.tokens || ahead.done_reason != expected.done_reason {
+        return Some(format!(
+            "pipelined plain: {:?} ({:?}) vs plain {:?} ({:?})",
+            ahead.tokens, ahead.done_reason, expected.tokens, expected.done_reason
+        ));
+    }
     for schedule in [
         ScheduleKind::Constant,
         ScheduleKind::Heuristic,
         ScheduleKind::Adaptive,
     ] {
-        for validation in [
+        for (validation, overlap) in [
             ValidationMode::Batched,
             ValidationMode::Serial,
             ValidationMode::CompareSerial,
-        ] {
+        ]
+        .into_iter()
+        .flat_map(|v| [(v, EvalOverlap::Never), (v, EvalOverlap::Always)])
+        {
             let mut request = inst.request.clone();
             request.draft = draft(schedule, validation, 1 + (request.prompt.len() % 5));
             let engine = Engine::new(&b, &inst.target)
                 .with_drafter(inst.drafter.as_ref())
                 .with_env(no_env())
-                .with_rules(rules);
+                .with_rules(rules)
+                .with_overlap(overlap);
+            let mut caches = inst.target.new_caches(&b).expect("caches");
             let out = engine
-                .generate(&request, &mut DiscardSink, &CancelToken::new())
+                .generate_with_caches(&mut caches, &request, &mut DiscardSink, &CancelToken::new())
                 .expect("speculative decode runs");
             if out.tokens != expected.tokens || out.done_reason != expected.done_reason {
                 return Some(format!(
-                    "{schedule} / {validation:?}: {:?} ({:?}) vs plain {:?} ({:?})",
+                    "{schedule} / {validation:?} / {overlap:?}: {:?} ({:?}) vs plain {:?} ({:?})",
                     out.tokens, out.done_reason, expected.tokens, expected.done_reason
+                ));
+            }
+            // Every emitted token is cached except the last one (`current`) of a run that did
+            // not stop at an EOS (the EOS itself is neither emitted nor cached).
+            let cached = request.prompt.len() + out.tokens.len()
+                - usize::from(out.done_reason != DoneReason::Stop);
+            if caches.position() != cached || caches.is_speculating() {
+                return Some(format!(
+                    "{schedule} / {validation:?} / {overlap:?}: caches hold {} positions \
+                     after {cached} tokens",
+                    caches.position()
                 ));
             }
             if let Some(stats) = &out.mtp {

@@ -13,7 +13,7 @@ use serde_json::Value;
 const PROMPTS: &str =
     "# fixture prompts\nw43 w43 w38 w60\n\nw12 w43 w40 w40 w44 w49 w31 w25\nw41\n";
 
-fn run_quick(backend: &str, dir: &Path) -> (String, Value) {
+fn run_quick(backend: &str, dir: &Path, extra: &[&str]) -> (String, Value) {
     let case = Case::named("copy_drafter");
     let prompts = dir.join("prompts.txt");
     std::fs::write(&prompts, PROMPTS).expect("write prompts");
@@ -28,6 +28,7 @@ fn run_quick(backend: &str, dir: &Path) -> (String, Value) {
         .arg(&prompts)
         .arg("--json")
         .arg(&json)
+        .args(extra)
         .output()
         .expect("mtp runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -93,17 +94,23 @@ fn check_report(table: &str, r: &Value, backend: &str) {
         .iter()
         .map(|v| v["name"].as_str().expect("name"))
         .collect();
-    assert_eq!(
-        names,
-        [
-            "plain",
-            "mtp-constant",
-            "mtp-heuristic",
-            "mtp-adaptive",
-            "mtp-k1",
-            "mtp-k2"
-        ]
-    );
+    let mut expected = vec![
+        "plain",
+        "mtp-constant",
+        "mtp-heuristic",
+        "mtp-adaptive",
+        "mtp-k1",
+        "mtp-k2",
+    ];
+    // The candle run adds a depth without the evaluation overlap and leaves evaluation to the
+    // engine.
+    let sync = setup["model_clock"] == "dispatch";
+    if sync {
+        expected.extend(["plain-sync", "mtp-k2-sync"]);
+    } else {
+        assert_eq!(setup["model_clock"], "eval");
+    }
+    assert_eq!(names, expected);
     for v in r["variants"].as_array().expect("variants") {
         let name = v["name"].as_str().unwrap_or_default();
         assert!(spread(&v["decode_tokens_per_second"], name) > 0.0);
@@ -126,9 +133,21 @@ fn check_report(table: &str, r: &Value, backend: &str) {
             "{name}: greedy MTP changed the output"
         );
         assert_eq!(v["repeatable"], true, "{name}");
+        let overlap = if name.ends_with("-sync") {
+            "never"
+        } else {
+            "auto"
+        };
+        assert_eq!(v["overlap"], overlap, "{name}");
+        // Only plain and mtp-k2 have a -sync twin (in the candle run).
+        if sync && (name == "plain" || name == "mtp-k2") {
+            assert!(spread(&v["overlap_speedup"], name) > 0.0, "{name}");
+        } else {
+            assert!(v["overlap_speedup"].is_null(), "{name}");
+        }
         let positions = v["per_position_acceptance"].as_array().expect("positions");
         match name {
-            "plain" => {
+            "plain" | "plain-sync" => {
                 assert_eq!(v["mode"], "plain");
                 assert!(positions.is_empty());
                 assert_eq!(finite(&v["ideal_speedup"], name), 1.0);
@@ -148,6 +167,12 @@ fn check_report(table: &str, r: &Value, backend: &str) {
     );
     assert_eq!(r["greedy_identical"], true);
     assert!(r["best_fixed_depth"].is_u64());
+    if sync {
+        assert!(r["variants"][6]["depth"].is_null());
+        assert_eq!(r["variants"][7]["depth"], 2);
+        assert!(table.contains("mtp-k2-sync"), "{table}");
+        assert!(table.contains("evaluation overlap"), "{table}");
+    }
     if cfg!(target_os = "linux") {
         assert!(r["peak_rss_bytes"].as_u64().unwrap_or(0) > 0);
     }
@@ -156,7 +181,7 @@ fn check_report(table: &str, r: &Value, backend: &str) {
 #[test]
 fn quick_bench_on_reference_reports_every_field() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (table, report) = run_quick("reference", dir.path());
+    let (table, report) = run_quick("reference", dir.path(), &[]);
     check_report(&table, &report, "reference");
 }
 
@@ -164,7 +189,11 @@ fn quick_bench_on_reference_reports_every_field() {
 #[test]
 fn quick_bench_on_candle_reports_every_field() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let (table, report) = run_quick("candle", dir.path());
+    let (table, report) = run_quick(
+        "candle",
+        dir.path(),
+        &["--sync-depths", "0,2", "--model-clock", "dispatch"],
+    );
     check_report(&table, &report, "candle");
 }
 

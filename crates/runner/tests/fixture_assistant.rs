@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{cases, ids_array, load_pair, max_rel_err, name, Reference, TOLERANCE};
-use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
+use mtp_core::engine::{CancelToken, DiscardSink, Engine, EvalOverlap, GenerateRequest};
 use mtp_core::model::{MtpDrafter, TargetModel};
 use mtp_core::options::DraftOverrides;
 use mtp_core::schedule::ScheduleKind;
@@ -92,20 +92,31 @@ fn greedy_mtp_equals_hf_assisted_and_plain_greedy<B: Backend>(b: &B) {
             schedule: Some(ScheduleKind::Constant),
             ..DraftOverrides::default()
         };
-        let engine = Engine::new(b, &target)
-            .with_drafter(&assistant)
-            .with_env(Arc::new(|_| None));
-        let response = engine
-            .generate(&request, &mut DiscardSink, &CancelToken::new())
-            .unwrap();
-        let stats = response.mtp.as_ref().expect("an MTP run");
-        eprintln!(
-            "{case}: MTP drafted {} accepted {} in {} rounds",
-            stats.drafted, stats.accepted, stats.iterations
+        // The backend's default overlap (on for MLX), then forced on and off: the same
+        // tokens and the same acceptance every time.
+        let mut counts = Vec::new();
+        for overlap in [EvalOverlap::Auto, EvalOverlap::Always, EvalOverlap::Never] {
+            let engine = Engine::new(b, &target)
+                .with_drafter(&assistant)
+                .with_env(Arc::new(|_| None))
+                .with_overlap(overlap);
+            let response = engine
+                .generate(&request, &mut DiscardSink, &CancelToken::new())
+                .unwrap();
+            let stats = response.mtp.as_ref().expect("an MTP run");
+            eprintln!(
+                "{case} ({overlap:?}): MTP drafted {} accepted {} in {} rounds",
+                stats.drafted, stats.accepted, stats.iterations
+            );
+            assert!(stats.drafted > 0, "{case}: the drafter ran");
+            assert_eq!(response.tokens, assisted, "{case}: MTP vs HF assisted");
+            assert_eq!(response.tokens, greedy, "{case}: MTP vs plain greedy");
+            counts.push((stats.iterations, stats.drafted, stats.accepted));
+        }
+        assert!(
+            counts.windows(2).all(|w| w[0] == w[1]),
+            "{case}: the overlap changed acceptance: {counts:?}"
         );
-        assert!(stats.drafted > 0, "{case}: the drafter ran");
-        assert_eq!(response.tokens, assisted, "{case}: MTP vs HF assisted");
-        assert_eq!(response.tokens, greedy, "{case}: MTP vs plain greedy");
     }
 }
 

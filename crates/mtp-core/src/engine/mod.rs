@@ -27,12 +27,21 @@
 //! full-vocabulary copies that a device-side top-k could shrink later. Drafting at depth 0 is a
 //! plain step: no drafter call and no speculation transaction.
 //!
+//! On a lazy backend ([`Execution::Lazy`](crate::Execution), MLX) a greedy round is one graph
+//! evaluated at that one read. With [`EvalOverlap`] (on by default for lazy backends) the engine
+//! also starts each draft step's evaluation as soon as it is built
+//! ([`Backend::async_eval`]) and builds the next round's drafts before emitting a round's
+//! tokens, and greedy plain decode runs one token ahead (each look-ahead forward in a
+//! one-position cache transaction, rolled back when its token ends the run), so the device
+//! computes while the host builds graphs, detokenizes and prints.
+//!
 //! # Guarantees
 //!
 //! Greedy MTP emits exactly the tokens of plain greedy decode; sampled MTP emits tokens with the
 //! target's distribution (Leviathan et al. 2023; Chen et al. 2023). Both are property-tested in
 //! this crate against the plain loop, which is written separately as the oracle.
 
+mod overlap;
 mod plain;
 mod session;
 mod sink;
@@ -40,6 +49,7 @@ mod speculative;
 mod stats;
 mod verify;
 
+pub use overlap::EvalOverlap;
 pub use sink::{CancelToken, DiscardSink, SinkFlow, TokenSink};
 pub use stats::{DoneReason, MtpStats, PositionCounts, Response};
 
@@ -116,12 +126,14 @@ impl GenerateRequest {
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Clone)]
 pub struct Engine<'m, B: Backend> {
     backend: &'m B,
     target: &'m dyn TargetModel<B>,
     drafter: Option<&'m dyn MtpDrafter<B>>,
     rules: AcceptanceRules,
     env: EnvLookup,
+    overlap: EvalOverlap,
 }
 
 impl<B: Backend> std::fmt::Debug for Engine<'_, B> {
@@ -130,6 +142,7 @@ impl<B: Backend> std::fmt::Debug for Engine<'_, B> {
             .field("backend", &self.backend.name())
             .field("drafter", &self.drafter.is_some())
             .field("rules", &self.rules)
+            .field("overlap", &self.overlap)
             .finish()
     }
 }
@@ -144,6 +157,7 @@ impl<'m, B: Backend> Engine<'m, B> {
             drafter: None,
             rules: AcceptanceRules::default(),
             env: Arc::new(|key| std::env::var(key).ok()),
+            overlap: EvalOverlap::default(),
         }
     }
 
@@ -156,6 +170,12 @@ impl<'m, B: Backend> Engine<'m, B> {
     /// Read `MTP_*` settings through `env` instead of the process environment (tests, servers).
     pub fn with_env(mut self, env: EnvLookup) -> Self {
         self.env = env;
+        self
+    }
+
+    /// Choose the evaluation overlap ([`EvalOverlap::Auto`] by default).
+    pub fn with_overlap(mut self, overlap: EvalOverlap) -> Self {
+        self.overlap = overlap;
         self
     }
 
@@ -222,6 +242,7 @@ impl<'m, B: Backend> Engine<'m, B> {
                     &options,
                     self.rules,
                     mode,
+                    self.overlap,
                 );
                 run.run()?;
                 let stats = run.into_stats();
@@ -229,7 +250,7 @@ impl<'m, B: Backend> Engine<'m, B> {
                 Ok(session.into_response(mode, Some(stats)))
             }
             _ => {
-                plain::run(&mut session)?;
+                plain::run(&mut session, self.overlap.is_active(self.backend))?;
                 Ok(session.into_response(DecodeMode::Plain, None))
             }
         }

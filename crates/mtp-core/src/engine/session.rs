@@ -27,7 +27,8 @@ pub(super) struct Session<'s, B: Backend> {
     budget: usize,
     /// The next position to write: where `current` goes.
     pub position: usize,
-    /// The newest emitted token, not yet in the caches.
+    /// The newest token, not yet in the caches: emitted, or (between a verdict and its
+    /// emission) about to be.
     pub current: u32,
     /// The target's draft hidden at `position - 1`, `[1, 1, h]`.
     pub hidden: Option<B::Array>,
@@ -85,6 +86,11 @@ impl<'s, B: Backend> Session<'s, B> {
 
     pub fn is_done(&self) -> bool {
         self.done.is_some()
+    }
+
+    /// Whether the cancel token is set (without marking the session done).
+    pub fn cancel_requested(&self) -> bool {
+        self.cancel.is_cancelled()
     }
 
     /// Check for cancellation; marks the session done when cancelled.
@@ -174,16 +180,50 @@ impl<'s, B: Backend> Session<'s, B> {
         Ok(())
     }
 
+    /// Whether tokens are chosen by a device argmax (greedy with neutral processing).
+    pub fn device_argmax(&self) -> bool {
+        self.device_argmax
+    }
+
+    /// Forward `ids` (`[1, 1]`, possibly not yet evaluated) on the live caches and return the
+    /// lazy argmax `[1, 1]` of its logits, with its evaluation started.
+    pub fn forward_argmax(&mut self, ids: &B::Array) -> Result<B::Array, B::Error> {
+        let out = self.forward_live(ids)?;
+        let logits = self.row_logits(&out.hidden, 0)?;
+        let next = self
+            .backend
+            .reshape(&self.backend.argmax(&logits, 2)?, &[1, 1])?;
+        self.backend.async_eval(&[&next])?;
+        self.hidden = Some(out.draft_hidden);
+        Ok(next)
+    }
+
+    /// Read a `[1, 1]` token id chosen on the device, commit it to the sampler's history, make it
+    /// `current` and emit it. Returns whether generation continues.
+    pub fn take_device_token(&mut self, id: &B::Array) -> Result<bool, B::Error> {
+        let id = first(self.backend.to_vec_u32(id)?)?;
+        self.sampler.commit(&[id]);
+        self.current = id;
+        Ok(self.emit(id))
+    }
+
     /// One plain decode step: forward `current`, choose and emit the next token.
     pub fn plain_step(&mut self) -> Result<(), B::Error> {
+        let next = self.plain_token()?;
+        self.emit(next);
+        Ok(())
+    }
+
+    /// A plain decode step up to emission: forward `current` and choose the next token, which
+    /// becomes `current` (the caller emits it).
+    pub fn plain_token(&mut self) -> Result<u32, B::Error> {
         let ids = self.ids(&[self.current])?;
         let out = self.forward_live(&ids)?;
         let logits = self.row_logits(&out.hidden, 0)?;
         let next = self.choose(&logits)?;
         self.hidden = Some(out.draft_hidden);
         self.current = next;
-        self.emit(next);
-        Ok(())
+        Ok(next)
     }
 
     pub fn into_response(self, mode: DecodeMode, mtp: Option<MtpStats>) -> Response {

@@ -1,7 +1,8 @@
 //! The MTP loop: draft, verify, accept — one round at a time.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use super::overlap::EvalOverlap;
 use super::session::Session;
 use super::stats::MtpStats;
 use crate::acceptance::{AcceptanceRules, RoundEnd, Verdict};
@@ -13,6 +14,12 @@ use crate::Backend;
 
 /// One round's proposal.
 pub(super) struct Proposal<B: Backend> {
+    /// Drafts in it.
+    pub depth: usize,
+    /// The position it drafted at (`current`'s).
+    pub position: usize,
+    /// Time spent building it (and, on eager backends, computing it).
+    pub drafting: Duration,
     /// Draft ids `[1, k]` (`U32`).
     pub tokens: B::Array,
     /// The same ids on the host, when drafting already read them (sampled mode).
@@ -30,6 +37,8 @@ pub(super) struct SpeculativeRun<'r, 's, B: Backend> {
     pub mode: DecodeMode,
     pub schedule: Box<dyn DraftSchedule>,
     pub stats: MtpStats,
+    /// Whether the evaluation overlap is on (see [`EvalOverlap`]).
+    overlap: bool,
 }
 
 impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
@@ -39,6 +48,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         options: &MtpOptions,
         rules: AcceptanceRules,
         mode: DecodeMode,
+        overlap: EvalOverlap,
     ) -> Self {
         let schedule = new_schedule(
             options.schedule,
@@ -49,7 +59,9 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             schedule: options.schedule,
             ..MtpStats::default()
         };
+        let overlap = overlap.is_active(session.backend);
         Self {
+            overlap,
             session,
             drafter,
             options: *options,
@@ -74,58 +86,120 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         }
     }
 
+    /// The depth of a round that may still emit `remaining` tokens.
+    fn depth(&mut self, validation: ValidationMode, remaining: usize) -> usize {
+        // Sampled speculation needs a rollback-capable batched verify (as in the seed).
+        if self.mode == DecodeMode::SampledMtp && validation != ValidationMode::Batched {
+            return 0;
+        }
+        self.schedule
+            .depth()
+            .min(self.options.max_draft_tokens)
+            .min(remaining.saturating_sub(1))
+    }
+
     pub fn run(&mut self) -> Result<(), B::Error> {
         self.session.prefill()?;
+        // Drafts for the next round, built before this round's tokens were emitted.
+        let mut early: Option<Proposal<B>> = None;
         while !self.session.is_done() && !self.session.cancelled() {
             let started = Instant::now();
             let validation = self.validation();
-            let remaining = self.session.remaining();
-            let mut depth = self
-                .schedule
-                .depth()
-                .min(self.options.max_draft_tokens)
-                .min(remaining.saturating_sub(1));
-            // Sampled speculation needs a rollback-capable batched verify (as in the seed).
-            if self.mode == DecodeMode::SampledMtp && validation != ValidationMode::Batched {
-                depth = 0;
+            let depth = self.depth(validation, self.session.remaining());
+            // Early drafts serve only the round they were built for.
+            let early_drafts = early
+                .take()
+                .filter(|d| d.depth == depth && d.position == self.session.position);
+            if depth == 0 {
+                // Timed like a drafting round: up to the verdict, before emission.
+                let next = self.session.plain_token()?;
+                self.end_round(depth, 0, started.elapsed());
+                self.session.emit(next);
+                continue;
             }
-            let accepted = if depth == 0 {
-                self.session.plain_step()?;
-                0
-            } else {
-                let t0 = Instant::now();
-                let proposal = self.propose(depth)?;
-                self.stats.draft_duration += t0.elapsed();
-                let t0 = Instant::now();
-                let target_before = self.session.target_time;
-                let (verdict, drafts) = match validation {
-                    ValidationMode::Serial => {
-                        self.stats.serial_rounds += 1;
-                        self.verify_serial(&proposal)?
-                    }
-                    ValidationMode::Batched | ValidationMode::CompareSerial => {
-                        self.stats.batched_rounds += 1;
-                        self.verify_batched(&proposal, validation)?
-                    }
-                };
-                let spent = t0.elapsed();
-                let in_target = self.session.target_time - target_before;
-                self.stats.validate_duration += spent.saturating_sub(in_target);
-                self.finish_round(&verdict, &drafts);
-                verdict.accepted
+            // A round's cost includes its drafting, also when that ran before the round began.
+            let (proposal, drafted_before) = match early_drafts {
+                Some(drafts) => {
+                    let drafting = drafts.drafting;
+                    (drafts, drafting)
+                }
+                None => (self.propose(depth)?, Duration::ZERO),
             };
-            self.stats.record_round(depth, accepted);
-            self.schedule.observe(&RoundReport {
-                drafted: depth,
-                accepted,
-                elapsed: started.elapsed(),
-            });
+            self.stats.draft_duration += proposal.drafting;
+            let t0 = Instant::now();
+            let target_before = self.session.target_time;
+            let (verdict, drafts) = match validation {
+                ValidationMode::Serial => {
+                    self.stats.serial_rounds += 1;
+                    self.verify_serial(&proposal)?
+                }
+                ValidationMode::Batched | ValidationMode::CompareSerial => {
+                    self.stats.batched_rounds += 1;
+                    self.verify_batched(&proposal, validation)?
+                }
+            };
+            let spent = t0.elapsed();
+            let in_target = self.session.target_time - target_before;
+            self.stats.validate_duration += spent.saturating_sub(in_target);
+            self.end_round(depth, verdict.accepted, started.elapsed() + drafted_before);
+            // The round is committed: its tokens are emitted even if early drafting fails.
+            let drafted = if self.overlap {
+                self.draft_early(&verdict, validation)
+            } else {
+                Ok(None)
+            };
+            self.finish_round(&verdict, &drafts);
+            early = drafted?;
         }
         Ok(())
     }
 
+    /// Count a finished round and report it to the schedule (`elapsed`: from the round's start
+    /// to its verdict, emission excluded).
+    fn end_round(&mut self, depth: usize, accepted: usize, elapsed: Duration) {
+        self.stats.record_round(depth, accepted);
+        self.schedule.observe(&RoundReport {
+            drafted: depth,
+            accepted,
+            elapsed,
+        });
+    }
+
+    /// With the evaluation overlap: the next round's greedy drafts, built (and their evaluation
+    /// started) before `verdict`'s tokens are emitted, or `None` when emitting them ends the
+    /// generation or the next round drafts nothing. The caches and `hidden` already hold the
+    /// verdict; `current` becomes the verdict's next token here as [`Self::finish_round`] would
+    /// make it.
+    fn draft_early(
+        &mut self,
+        verdict: &Verdict,
+        validation: ValidationMode,
+    ) -> Result<Option<Proposal<B>>, B::Error> {
+        let next = match (verdict.end, verdict.next) {
+            (RoundEnd::Continue, Some(next)) => next,
+            _ => return Ok(None),
+        };
+        let s = &*self.session;
+        let emitted = verdict.accepted + 1;
+        let remaining = s.remaining();
+        if self.mode != DecodeMode::GreedyMtp
+            || s.eos.contains(&next)
+            || s.cancel_requested()
+            || remaining <= emitted
+        {
+            return Ok(None);
+        }
+        let depth = self.depth(validation, remaining - emitted);
+        if depth == 0 {
+            return Ok(None);
+        }
+        self.session.current = next;
+        self.propose(depth).map(Some)
+    }
+
     /// Draft `depth` tokens from `current` with the single-position chain.
     fn propose(&mut self, depth: usize) -> Result<Proposal<B>, B::Error> {
+        let started = Instant::now();
         let s = &mut *self.session;
         let backend = s.backend;
         let position = s.position;
@@ -155,7 +229,13 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                     dists.push(q);
                     s.ids(&[id])?
                 }
-                _ => backend.reshape(&backend.argmax(&step.logits, 2)?, &[1, 1])?,
+                _ => {
+                    let id = backend.reshape(&backend.argmax(&step.logits, 2)?, &[1, 1])?;
+                    if self.overlap {
+                        backend.async_eval(&[&id, &hidden])?;
+                    }
+                    id
+                }
             };
             arrays.push(token.clone());
         }
@@ -163,6 +243,9 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         let tokens = backend.concat(&refs, 1)?;
         let host = (self.mode == DecodeMode::SampledMtp).then_some(host);
         Ok(Proposal {
+            depth,
+            position,
+            drafting: started.elapsed(),
             tokens,
             host,
             dists,

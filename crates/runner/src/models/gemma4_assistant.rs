@@ -52,8 +52,9 @@ use crate::loading::{ArrayLoader, LoadError, LoadResult};
 struct OrderedEmbedding<B: Backend> {
     /// `[num_centroids, hidden_a]`.
     centroids: B::Array,
-    /// `token_ordering`: `num_centroids` runs of `per_centroid` token ids.
-    ordering: Vec<u32>,
+    /// `token_ordering` as `[num_centroids, per_centroid]` token ids, stored as `F32` (exact
+    /// below 2^24) so that `embedding` picks a centroid's run.
+    ordering: B::Array,
     per_centroid: usize,
     top_k: usize,
 }
@@ -166,10 +167,18 @@ impl<B: Backend> Gemma4Assistant<B> {
             let raw = loader
                 .store()
                 .take_ints("masked_embedding.token_ordering", &[v])?;
-            let mut ordering = Vec::with_capacity(v);
+            // Token ids as an f32 table, so that `embedding` can pick runs on the device: exact
+            // for ids below 2^24.
+            if v > 1 << f32::MANTISSA_DIGITS {
+                return Err(LoadError::InvalidTensor {
+                    name: "masked_embedding.token_ordering".into(),
+                    reason: format!("a vocabulary of {v} ids is not exact in f32"),
+                });
+            }
+            let mut ids = Vec::with_capacity(v);
             for (i, id) in raw.into_iter().enumerate() {
                 match u32::try_from(id) {
-                    Ok(id) if (id as usize) < v => ordering.push(id),
+                    Ok(id) if (id as usize) < v => ids.push(id as f32),
                     _ => {
                         return Err(LoadError::InvalidTensor {
                             name: "masked_embedding.token_ordering".into(),
@@ -178,6 +187,13 @@ impl<B: Backend> Gemma4Assistant<B> {
                     }
                 }
             }
+            let ordering = loader
+                .backend()
+                .from_f32(&ids, &[n, v / n], DType::F32)
+                .map_err(|e| LoadError::Backend {
+                    name: "masked_embedding.token_ordering".into(),
+                    reason: e.to_string(),
+                })?;
             Some(OrderedEmbedding {
                 centroids: loader.array("masked_embedding.centroids.weight", &[n, h])?,
                 ordering,
@@ -230,40 +246,27 @@ impl<B: Backend> Gemma4Assistant<B> {
         }
     }
 
-    /// Logits `[1, 1, vocab]` of the normed hidden `hn` `[1, 1, hidden_a]`.
+    /// Logits `[1, 1, vocab]` of the normed hidden `hn` `[1, 1, hidden_a]`, all on the device
+    /// (no host read, so a lazy backend can evaluate a whole draft chain asynchronously).
     fn logits(&self, b: &B, hn: &B::Array) -> Result<B::Array, B::Error> {
         let Some(o) = &self.ordered else {
             return b.cast(&b.linear(hn, &self.lm_head)?, DType::F32);
         };
         let v = self.resolved.config.vocab_size;
+        let n = o.top_k * o.per_centroid;
         let scores = b.linear(hn, &o.centroids)?;
         let (_, top) = b.top_k(&scores, o.top_k)?;
-        let mut selected = Vec::with_capacity(o.top_k * o.per_centroid);
-        for c in b.to_vec_u32(&top)? {
-            let start = c as usize * o.per_centroid;
-            match o.ordering.get(start..start + o.per_centroid) {
-                Some(ids) => selected.extend_from_slice(ids),
-                None => {
-                    return Err(CoreError::IndexOutOfRange {
-                        op: "ordered embedding centroid",
-                        index: i64::from(c),
-                        size: o.ordering.len() / o.per_centroid.max(1),
-                    }
-                    .into())
-                }
-            }
-        }
-        let n = selected.len();
-        let ids = b.from_u32(&selected, &[n])?;
-        let rows = b.embedding(&self.lm_head, &ids)?;
+        // The selected centroids' token runs, as ids: `[n]`.
+        let runs = b.embedding(&o.ordering, &b.reshape(&top, &[o.top_k])?)?;
+        let selected = b.cast(&b.reshape(&runs, &[n])?, DType::U32)?;
+        let rows = b.embedding(&self.lm_head, &selected)?;
         let h = b.reshape(hn, &[1, self.resolved.config.hidden_size])?;
         let picked = b.cast(&b.linear(&h, &rows)?, DType::F32)?;
-        let min = b.to_vec_f32(&b.reduce(&picked, 1, ReduceOp::Min)?)?;
-        let fill = min
-            .first()
-            .map_or(f32::NEG_INFINITY, |m| (*m as f64 - 1.0) as f32);
-        let base = b.full(&[1, v], fill, DType::F32)?;
-        let index = b.from_u32(&selected, &[1, n])?;
+        // Every other token gets min(picked) - 1.
+        let one = b.full(&[1, 1], 1.0, DType::F32)?;
+        let fill = b.sub(&b.reduce(&picked, 1, ReduceOp::Min)?, &one)?;
+        let base = b.add(&b.full(&[1, v], 0.0, DType::F32)?, &fill)?;
+        let index = b.reshape(&selected, &[1, n])?;
         let out = b.scatter(&base, &index, &picked, 1)?;
         b.reshape(&out, &[1, 1, v])
     }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::timed::ClockMode;
 use crate::cli::args::{ModelArgs, SamplingArgs, ScheduleChoice};
 
 /// `mtp bench`: plain decode vs MTP on a prompt set, interleaved in one process.
@@ -46,6 +47,16 @@ pub struct PlanArgs {
         value_name = "K"
     )]
     pub depths: Vec<usize>,
+    /// Depths to measure also with the engine's evaluation overlap off (`mtp-kK-sync`; 0 is
+    /// plain decode, `plain-sync`): on a lazy backend (MLX) the overlap's baseline; use with
+    /// `--model-clock dispatch`.
+    #[arg(long, value_delimiter = ',', value_name = "K")]
+    pub sync_depths: Vec<usize>,
+    /// How model calls are timed: `eval` forces each call's outputs (exact model times, but a
+    /// lazy backend then evaluates call by call); `dispatch` leaves evaluation to the engine
+    /// (the decode rates a lazy backend really gets; model times are graph building).
+    #[arg(long, value_enum, default_value = "eval")]
+    pub model_clock: ClockMode,
     /// Draft schedules to measure at the model's initial and maximum depth.
     #[arg(
         long,

@@ -156,7 +156,7 @@ pub fn deepest_draft<B: Backend>(
 ) -> anyhow::Result<usize> {
     let mut deepest = 0;
     for &variant in &work.plan.variants {
-        if variant != Variant::Plain {
+        if !variant.is_plain() {
             let options = engine.mtp_options(&work.request(variant, 0))?;
             let reach = match options.schedule {
                 ScheduleKind::Constant => {
@@ -187,6 +187,7 @@ pub fn run_passes<B: Backend>(
         eprintln!("bench: pass {}/{total} ({pass:?})", index + 1);
         for v in plan.order(index) {
             let record = &mut records[v];
+            let engine = engine.clone().with_overlap(record.variant.overlap());
             let mut totals = PassTotals::default();
             for p in plan.prompts_of(pass) {
                 let request = work.request(record.variant, p);
@@ -223,7 +224,7 @@ fn new_record<B: Backend>(
         .decode_mode(&work.request(variant, 0))
         .with_context(|| format!("invalid options for {}", variant.name()))?;
     let speculative = matches!(mode, DecodeMode::GreedyMtp | DecodeMode::SampledMtp);
-    if speculative != (variant != Variant::Plain) {
+    if speculative == variant.is_plain() {
         bail!(
             "{} would decode as {mode:?}; the benchmark needs a drafter for MTP",
             variant.name()

@@ -80,7 +80,7 @@ fn run_on<B: Backend>(
         .collect::<anyhow::Result<Vec<_>>>()?;
     let work = Workload::new(plan, &prompt_ids, pipeline.tokenizer().eos_ids());
 
-    let clock = ModelClock::default();
+    let clock = ModelClock::new(plan.model_clock);
     let timed_target = TimedTarget::new(pipeline.target(), &clock);
     let timed_drafter = TimedDrafter::new(drafter, &clock);
     let engine = timed_engine(&pipeline, &timed_drafter, &timed_target);
@@ -116,6 +116,7 @@ fn run_on<B: Backend>(
         eos: plan.eos,
         sampling: plan.sampling.clone(),
         quick: plan.quick,
+        model_clock: plan.model_clock,
     };
     Ok(Report::build(
         Context { plan, setup },

@@ -7,6 +7,7 @@ use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
 
 use super::args::PlanArgs;
+use super::timed::ClockMode;
 use super::variant::Variant;
 
 /// Prompts used by a warm-up pass.
@@ -37,6 +38,8 @@ pub struct Plan {
     pub eos: EosPolicy,
     /// Whether this is the `--quick` smoke run.
     pub quick: bool,
+    /// How model calls are timed.
+    pub model_clock: ClockMode,
 }
 
 /// What an EOS token does during the benchmark.
@@ -72,20 +75,28 @@ impl Plan {
                 args.cost_reps,
             )
         };
+        let sync_depths = &args.sync_depths;
         if num_predict < 2 {
             bail!("--num-predict must be at least 2 (one token comes from the prefill)");
         }
         if reps == 0 || cost_reps == 0 {
             bail!("--reps and --cost-reps must be at least 1");
         }
-        if let Some(0) = depths.iter().min() {
+        if depths.contains(&0) {
             bail!("--depths must be at least 1 (depth 0 is plain decode, always measured)");
         }
         let mut variants = vec![Variant::Plain];
         variants.extend(schedules.into_iter().map(Variant::Schedule));
         variants.extend(depths.iter().map(|&k| Variant::Depth(k)));
-        variants.dedup();
-        let deepest = depths.iter().copied().max().unwrap_or(0);
+        variants.extend(sync_depths.iter().map(|&k| Variant::sync_at(k)));
+        let mut unique = Vec::with_capacity(variants.len());
+        for v in variants {
+            if !unique.contains(&v) {
+                unique.push(v);
+            }
+        }
+        let variants = unique;
+        let deepest = depths.iter().chain(sync_depths).copied().max().unwrap_or(0);
         Ok(Self {
             prompts_file,
             prompts,
@@ -102,6 +113,7 @@ impl Plan {
                 EosPolicy::Ignore
             },
             quick: args.quick,
+            model_clock: args.model_clock,
         })
     }
 
@@ -170,6 +182,7 @@ mod tests {
             sampling: SamplerOptions::default(),
             eos: EosPolicy::Ignore,
             quick: false,
+            model_clock: ClockMode::Eval,
         };
         assert_eq!(plan.order(0), vec![0, 1, 2]);
         assert_eq!(plan.order(1), vec![1, 2, 0]);

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use mtp_core::engine::EvalOverlap;
 use mtp_core::options::DecodeMode;
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
@@ -13,6 +14,7 @@ use super::host::Machine;
 use super::measure::{PassTotals, VariantRecord};
 use super::plan::{EosPolicy, Plan};
 use super::spread::{ratio, Spread};
+use super::timed::ClockMode;
 use super::variant::Variant;
 
 /// Version of the JSON layout; bumped when a field changes meaning or disappears.
@@ -72,6 +74,8 @@ pub struct Setup {
     pub sampling: SamplerOptions,
     /// `--quick` smoke run (numbers mean nothing).
     pub quick: bool,
+    /// How model calls were timed.
+    pub model_clock: ClockMode,
 }
 
 /// The cost curve.
@@ -105,6 +109,8 @@ pub struct VariantReport {
     pub schedule: Option<ScheduleKind>,
     /// The fixed depth (fixed-depth variants).
     pub depth: Option<usize>,
+    /// The engine's evaluation overlap.
+    pub overlap: EvalOverlap,
     /// The decode loop the engine ran.
     pub mode: DecodeMode,
     /// Tokens after each prompt's first ÷ time after the first token, per pass.
@@ -113,6 +119,9 @@ pub struct VariantReport {
     pub end_to_end_tokens_per_second: Option<Spread>,
     /// Per pass: this variant's decode tokens/s ÷ plain's in the same pass.
     pub speedup_vs_plain: Option<Spread>,
+    /// Per pass: this variant's decode tokens/s ÷ its `-sync` twin's (the same decode without
+    /// the evaluation overlap) in the same pass; `null` without a twin.
+    pub overlap_speedup: Option<Spread>,
     /// E[L]·t₁ ÷ Σ over rounds (k·t_d + t_v(k+1)) per round, from the measured acceptance and
     /// costs (for a fixed depth k: E[L]·t₁ / (k·t_d + t_v(k+1))).
     pub ideal_speedup: Option<f64>,
@@ -176,7 +185,7 @@ struct Costs {
 impl Costs {
     /// The ideal speedup of a variant from its depth histogram and emitted tokens.
     fn ideal(&self, record: &VariantRecord) -> Option<f64> {
-        if record.variant == Variant::Plain {
+        if record.variant.is_plain() {
             return Some(1.0);
         }
         let a = &record.acceptance;
@@ -220,7 +229,15 @@ impl Report {
         let greedy = ctx.plan.sampling.is_greedy();
         let mut variants: Vec<VariantReport> = records
             .iter()
-            .map(|r| variant_report(r, plain, &costs, greedy))
+            .map(|r| {
+                let twin = r
+                    .variant
+                    .without_overlap()
+                    .and_then(|v| records.iter().find(|t| t.variant == v));
+                let mut report = variant_report(r, plain, &costs, greedy);
+                report.overlap_speedup = twin.and_then(|t| per_pass_speedup(r, t));
+                report
+            })
             .collect();
         let best = best_fixed_depth(&variants);
         if let Some((_, best_rate)) = best {
@@ -272,22 +289,14 @@ fn variant_report(
     costs: &Costs,
     greedy: bool,
 ) -> VariantReport {
-    let speedup = plain.and_then(|plain| {
-        let values: Option<Vec<f64>> = r
-            .passes
-            .iter()
-            .zip(&plain.passes)
-            .map(|(p, q)| ratio(decode_rate(p)?, decode_rate(q)?))
-            .collect();
-        Spread::of(values?)
-    });
+    let speedup = plain.and_then(|plain| per_pass_speedup(r, plain));
     let ideal = costs.ideal(r);
     let a = &r.acceptance;
     let rounds = a.rounds as f64;
-    let (schedule, depth) = match r.variant {
-        Variant::Plain => (None, None),
-        Variant::Schedule(kind) => (Some(kind), None),
-        Variant::Depth(k) => (Some(ScheduleKind::Constant), Some(k)),
+    let schedule = match r.variant {
+        Variant::Plain | Variant::PlainSync => None,
+        Variant::Schedule(kind) => Some(kind),
+        Variant::Depth(_) | Variant::SyncDepth(_) => Some(ScheduleKind::Constant),
     };
     let greedy_match = greedy.then(|| {
         plain.is_some_and(|plain| plain.repeatable && r.repeatable && plain.tokens == r.tokens)
@@ -295,13 +304,15 @@ fn variant_report(
     VariantReport {
         name: r.variant.name(),
         schedule,
-        depth,
+        depth: r.variant.depth(),
+        overlap: r.variant.overlap(),
         mode: r.mode,
         decode_tokens_per_second: spread_of(&r.passes, decode_rate),
         end_to_end_tokens_per_second: spread_of(&r.passes, |p| {
             ratio(p.generated as f64, secs(p.prefill_time + p.decode_time))
         }),
         speedup_vs_plain: speedup,
+        overlap_speedup: None,
         ideal_speedup: ideal,
         achieved_over_ideal: speedup.zip(ideal).and_then(|(s, i)| ratio(s.median, i)),
         vs_best_fixed_depth: None,
@@ -325,10 +336,23 @@ fn variant_report(
     }
 }
 
-/// The fixed depth with the highest median decode tokens/s, and that rate.
+/// `r`'s decode tokens/s ÷ `base`'s, pass by pass.
+fn per_pass_speedup(r: &VariantRecord, base: &VariantRecord) -> Option<Spread> {
+    let values: Option<Vec<f64>> = r
+        .passes
+        .iter()
+        .zip(&base.passes)
+        .map(|(p, q)| ratio(decode_rate(p)?, decode_rate(q)?))
+        .collect();
+    Spread::of(values?)
+}
+
+/// The fixed depth with the highest median decode tokens/s (with the engine's default
+/// overlap), and that rate.
 fn best_fixed_depth(variants: &[VariantReport]) -> Option<(usize, f64)> {
     variants
         .iter()
+        .filter(|v| v.overlap != EvalOverlap::Never)
         .filter_map(|v| Some((v.depth?, v.decode_tokens_per_second?.median)))
         .max_by(|a, b| a.1.total_cmp(&b.1))
 }

@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use super::report::{Report, VariantReport};
 use super::spread::Spread;
+use super::timed::ClockMode;
 
 fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
@@ -43,13 +44,17 @@ pub fn render(r: &Report) -> String {
     };
     let _ = writeln!(
         s,
-        "mtp bench: {} {} | {} prompts x {} tokens | {} reps (+{} warm-up) | {mode}{}",
+        "mtp bench: {} {} | {} prompts x {} tokens | {} reps (+{} warm-up) | {mode}{}{}",
         u.backend,
         u.dtype,
         u.prompts,
         u.num_predict,
         u.reps,
         u.warmup,
+        match u.model_clock {
+            ClockMode::Eval => "",
+            ClockMode::Dispatch => " | model clock: dispatch",
+        },
         if u.quick {
             " | QUICK (numbers mean nothing)"
         } else {
@@ -95,6 +100,26 @@ pub fn render(r: &Report) -> String {
             .collect();
         let _ = writeln!(s, "  {:<14} {}", v.name, cells.join(" "));
     }
+    let twins: Vec<&VariantReport> = r
+        .variants
+        .iter()
+        .filter(|v| v.overlap_speedup.is_some())
+        .collect();
+    if !twins.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nevaluation overlap (decode t/s with ÷ without, per pass; median, min–max):"
+        );
+        for v in twins {
+            let _ = writeln!(
+                s,
+                "  {:<14} {} ({})",
+                v.name,
+                med(v.overlap_speedup, 3),
+                range(v.overlap_speedup, 3)
+            );
+        }
+    }
     let _ = writeln!(
         s,
         "\nbest fixed depth: {}",
@@ -129,13 +154,13 @@ fn cost_lines(s: &mut String, r: &Report) {
         .cost
         .verify_secs
         .iter()
-        .map(|w| format!("{:>7}", w.width))
+        .map(|w| format!("{:>8}", w.width))
         .collect();
     let times: Vec<String> = r
         .cost
         .verify_secs
         .iter()
-        .map(|w| format!("{:>7}", ms(w.secs)))
+        .map(|w| format!("{:>8}", ms(w.secs)))
         .collect();
     let _ = writeln!(s, "  width    {}", widths.join(""));
     let _ = writeln!(s, "  t_v ms   {}", times.join(""));

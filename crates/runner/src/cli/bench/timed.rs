@@ -1,6 +1,7 @@
 //! Timing decorators around the target and the drafter: every model call is timed with the
-//! backend's `eval` forced on its outputs before the clock stops, so lazy backends are measured
-//! by work done, not by dispatch.
+//! backend's `eval` forced on its outputs before the clock stops ([`ClockMode::Eval`]), so lazy
+//! backends are measured by work done, not by dispatch — or, with [`ClockMode::Dispatch`], the
+//! calls are timed as they return, leaving a lazy backend's evaluation to the engine.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -10,9 +11,24 @@ use mtp_core::model::{DraftStep, MtpDrafter, TargetModel, TargetOutput};
 use mtp_core::options::MtpDefaults;
 use mtp_core::Backend;
 
+/// How the decorators time a model call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClockMode {
+    /// Force the backend's `eval` on the call's outputs before the clock stops: model time is
+    /// work done, but a lazy backend is evaluated call by call (no overlap between calls).
+    #[default]
+    Eval,
+    /// Stop the clock when the call returns: the engine drives evaluation as it would without
+    /// the decorators. On a lazy backend model time is then graph-building time, and the work
+    /// is counted where the engine reads results (host overhead); eager backends are unchanged.
+    Dispatch,
+}
+
 /// Time spent inside model calls during one generation, split by phase.
 #[derive(Debug, Default)]
 pub struct ModelClock {
+    mode: ClockMode,
     prefill: Cell<Duration>,
     target: Cell<Duration>,
     drafter: Cell<Duration>,
@@ -34,6 +50,14 @@ pub struct ClockReading {
 }
 
 impl ModelClock {
+    /// A zeroed clock timing calls as `mode` says.
+    pub fn new(mode: ClockMode) -> Self {
+        Self {
+            mode,
+            ..Self::default()
+        }
+    }
+
     /// Zero every counter (before a generation).
     pub fn reset(&self) {
         self.prefill.set(Duration::ZERO);
@@ -58,15 +82,19 @@ impl ModelClock {
     }
 }
 
-/// Run `call`, force evaluation of what it returns, and give the elapsed time with the result.
+/// Run `call`, force evaluation of what it returns when `mode` says so, and give the elapsed
+/// time with the result.
 fn timed<B: Backend, T>(
     backend: &B,
+    mode: ClockMode,
     call: impl FnOnce() -> Result<T, B::Error>,
     outputs: impl Fn(&T) -> Vec<&B::Array>,
 ) -> Result<(T, Duration), B::Error> {
     let t0 = Instant::now();
     let value = call()?;
-    backend.eval(&outputs(&value))?;
+    if mode == ClockMode::Eval {
+        backend.eval(&outputs(&value))?;
+    }
     Ok((value, t0.elapsed()))
 }
 
@@ -105,6 +133,7 @@ impl<B: Backend> TargetModel<B> for TimedTarget<'_, B> {
     ) -> Result<TargetOutput<B>, B::Error> {
         let (out, elapsed) = timed(
             backend,
+            self.clock.mode,
             || self.inner.forward(backend, ids, start, caches),
             |o: &TargetOutput<B>| vec![&o.hidden, &o.draft_hidden],
         )?;
@@ -122,8 +151,12 @@ impl<B: Backend> TargetModel<B> for TimedTarget<'_, B> {
     }
 
     fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
-        let (logits, elapsed) =
-            timed(backend, || self.inner.unembed(backend, hidden), |l| vec![l])?;
+        let (logits, elapsed) = timed(
+            backend,
+            self.clock.mode,
+            || self.inner.unembed(backend, hidden),
+            |l| vec![l],
+        )?;
         if self.clock.in_prefill.replace(false) {
             ModelClock::add(&self.clock.prefill, elapsed);
         } else {
@@ -136,6 +169,7 @@ impl<B: Backend> TargetModel<B> for TimedTarget<'_, B> {
         // Only drafting embeds tokens outside the target's forward.
         let (embeddings, elapsed) = timed(
             backend,
+            self.clock.mode,
             || self.inner.token_embeddings(backend, ids),
             |e| vec![e],
         )?;
@@ -171,6 +205,7 @@ impl<B: Backend> MtpDrafter<B> for TimedDrafter<'_, B> {
     ) -> Result<DraftStep<B>, B::Error> {
         let (step, elapsed) = timed(
             backend,
+            self.clock.mode,
             || {
                 self.inner
                     .draft_step(backend, input, position, target_caches)
