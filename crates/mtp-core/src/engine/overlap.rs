@@ -10,8 +10,8 @@ use crate::{Backend, Execution};
 ///
 /// * the greedy MTP loop starts each draft step's evaluation ([`Backend::async_eval`]) as soon
 ///   as the step's graph is built, so the device computes drafts while the host builds the next
-///   step and the verify forward (a drafter that reads the host inside its step, as Gemma 4's
-///   assistant with ordered embeddings does for its centroid top-k, syncs there anyway);
+///   step and the verify forward (a drafter that reads the host inside its step would sync
+///   there; the Gemma 4 assistant does not, ordered embeddings included);
 /// * it builds (and starts) the next round's drafts right after a verdict, *before* it emits
 ///   the round's tokens to the sink, so detokenizing and printing run beside the drafter. The
 ///   early drafts have no side effects (drafters only read the target caches): when emission

@@ -187,7 +187,7 @@ pub fn run_passes<B: Backend>(
         eprintln!("bench: pass {}/{total} ({pass:?})", index + 1);
         for v in plan.order(index) {
             let record = &mut records[v];
-            let engine = engine.clone().with_overlap(record.variant.overlap());
+            let engine = engine.clone().with_overlap(record.variant.overlap);
             let mut totals = PassTotals::default();
             for p in plan.prompts_of(pass) {
                 let request = work.request(record.variant, p);

@@ -8,7 +8,7 @@ use mtp_core::schedule::ScheduleKind;
 
 use super::args::PlanArgs;
 use super::timed::ClockMode;
-use super::variant::Variant;
+use super::variant::{Decode, Variant};
 
 /// Prompts used by a warm-up pass.
 const WARMUP_PROMPTS: usize = 3;
@@ -85,9 +85,13 @@ impl Plan {
         if depths.contains(&0) {
             bail!("--depths must be at least 1 (depth 0 is plain decode, always measured)");
         }
-        let mut variants = vec![Variant::Plain];
-        variants.extend(schedules.into_iter().map(Variant::Schedule));
-        variants.extend(depths.iter().map(|&k| Variant::Depth(k)));
+        let mut variants = vec![Variant::PLAIN];
+        variants.extend(
+            schedules
+                .into_iter()
+                .map(|kind| Variant::new(Decode::Schedule(kind))),
+        );
+        variants.extend(depths.iter().map(|&k| Variant::new(Decode::Depth(k))));
         variants.extend(sync_depths.iter().map(|&k| Variant::sync_at(k)));
         let mut unique = Vec::with_capacity(variants.len());
         for v in variants {
@@ -176,7 +180,9 @@ mod tests {
             num_predict: 4,
             reps: 2,
             warmup: 1,
-            variants: vec![Variant::Plain, Variant::Depth(1), Variant::Depth(2)],
+            variants: [Decode::Plain, Decode::Depth(1), Decode::Depth(2)]
+                .map(Variant::new)
+                .to_vec(),
             max_width: 3,
             cost_reps: 1,
             sampling: SamplerOptions::default(),

@@ -15,7 +15,7 @@ use super::measure::{PassTotals, VariantRecord};
 use super::plan::{EosPolicy, Plan};
 use super::spread::{ratio, Spread};
 use super::timed::ClockMode;
-use super::variant::Variant;
+use super::variant::{Decode, Variant};
 
 /// Version of the JSON layout; bumped when a field changes meaning or disappears.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -225,15 +225,15 @@ impl Report {
                 .collect(),
             t_d: Spread::of(cost.draft_step.iter().copied().map(secs)).map(|s| s.median),
         };
-        let plain = records.iter().find(|r| r.variant == Variant::Plain);
+        let plain = records.iter().find(|r| r.variant == Variant::PLAIN);
         let greedy = ctx.plan.sampling.is_greedy();
         let mut variants: Vec<VariantReport> = records
             .iter()
             .map(|r| {
-                let twin = r
-                    .variant
-                    .without_overlap()
-                    .and_then(|v| records.iter().find(|t| t.variant == v));
+                let sync = r.variant.without_overlap();
+                let twin = records
+                    .iter()
+                    .find(|t| t.variant == sync && sync != r.variant);
                 let mut report = variant_report(r, plain, &costs, greedy);
                 report.overlap_speedup = twin.and_then(|t| per_pass_speedup(r, t));
                 report
@@ -293,10 +293,10 @@ fn variant_report(
     let ideal = costs.ideal(r);
     let a = &r.acceptance;
     let rounds = a.rounds as f64;
-    let schedule = match r.variant {
-        Variant::Plain | Variant::PlainSync => None,
-        Variant::Schedule(kind) => Some(kind),
-        Variant::Depth(_) | Variant::SyncDepth(_) => Some(ScheduleKind::Constant),
+    let schedule = match r.variant.decode {
+        Decode::Plain => None,
+        Decode::Schedule(kind) => Some(kind),
+        Decode::Depth(_) => Some(ScheduleKind::Constant),
     };
     let greedy_match = greedy.then(|| {
         plain.is_some_and(|plain| plain.repeatable && r.repeatable && plain.tokens == r.tokens)
@@ -305,7 +305,7 @@ fn variant_report(
         name: r.variant.name(),
         schedule,
         depth: r.variant.depth(),
-        overlap: r.variant.overlap(),
+        overlap: r.variant.overlap,
         mode: r.mode,
         decode_tokens_per_second: spread_of(&r.passes, decode_rate),
         end_to_end_tokens_per_second: spread_of(&r.passes, |p| {
@@ -386,7 +386,7 @@ mod tests {
             t_v: vec![Some(1.0), Some(1.1), Some(1.2)],
             t_d: Some(0.1),
         };
-        let ideal = costs.ideal(&record(Variant::Depth(2), acceptance));
+        let ideal = costs.ideal(&record(Variant::new(Decode::Depth(2)), acceptance));
         let expected = 2.5 * 1.0 / (2.0 * 0.1 + 1.2);
         assert!((ideal.expect("ideal") - expected).abs() < 1e-12);
     }
@@ -404,10 +404,8 @@ mod tests {
             t_v: vec![Some(1.0), Some(1.5), Some(2.0)],
             t_d: Some(0.5),
         };
-        let ideal = costs.ideal(&record(
-            Variant::Schedule(ScheduleKind::Adaptive),
-            acceptance,
-        ));
+        let adaptive = Variant::new(Decode::Schedule(ScheduleKind::Adaptive));
+        let ideal = costs.ideal(&record(adaptive, acceptance));
         let cost = 1.0 + (0.5 + 1.5) + 2.0 * (1.0 + 2.0);
         assert!((ideal.expect("ideal") - 8.0 / cost).abs() < 1e-12);
         let missing = Costs {
@@ -420,6 +418,9 @@ mod tests {
             accepted: 1,
             per_position: vec![(1, 1)],
         };
-        assert_eq!(missing.ideal(&record(Variant::Depth(1), acceptance)), None);
+        assert_eq!(
+            missing.ideal(&record(Variant::new(Decode::Depth(1)), acceptance)),
+            None
+        );
     }
 }
