@@ -7,8 +7,9 @@ use mtp_core::model::TargetModel;
 use mtp_core::Backend;
 
 use crate::defaults::ModelPaths;
-use crate::loading::{load_assistant, load_target, LoadError, LoadOptions};
-use crate::models::{Gemma4Assistant, Gemma4Target};
+use crate::loading::{LoadError, LoadOptions};
+use crate::models::registry::{load_drafter_model, load_target_model};
+use crate::models::{Gemma4Assistant, LoadedTarget};
 use crate::tokenizer::{PromptFormat, Tokenizer, TokenizerError};
 
 /// What can go wrong in a [`Pipeline`].
@@ -146,7 +147,7 @@ pub struct Generation {
 /// ```
 pub struct Pipeline<B: Backend> {
     backend: B,
-    target: Gemma4Target<B>,
+    target: LoadedTarget<B>,
     drafter: Option<Gemma4Assistant<B>>,
     tokenizer: Tokenizer,
 }
@@ -195,18 +196,19 @@ impl<B: Backend> Pipeline<B> {
         progress(LoadStage::Tokenizer);
         let tokenizer = Tokenizer::from_dir(&paths.target)?;
         progress(LoadStage::Target);
-        let target = load_target(&backend, &paths.target, options).map_err(|source| {
-            PipelineError::Load {
-                role: ModelRole::Target,
-                path: paths.target.clone(),
-                source,
-            }
-        })?;
+        let (target, _) =
+            load_target_model(&backend, &paths.target, options).map_err(|source| {
+                PipelineError::Load {
+                    role: ModelRole::Target,
+                    path: paths.target.clone(),
+                    source,
+                }
+            })?;
         let drafter = match &paths.drafter {
             Some(dir) => {
                 progress(LoadStage::Drafter);
                 Some(
-                    load_assistant(&backend, dir, &target, options).map_err(|source| {
+                    load_drafter_model(&backend, dir, &target, options).map_err(|source| {
                         PipelineError::Load {
                             role: ModelRole::Drafter,
                             path: dir.clone(),
@@ -242,8 +244,8 @@ impl<B: Backend> Pipeline<B> {
         &self.tokenizer
     }
 
-    /// The target model.
-    pub fn target(&self) -> &Gemma4Target<B> {
+    /// The target model (of the family its `model_type` is registered to).
+    pub fn target(&self) -> &LoadedTarget<B> {
         &self.target
     }
 
