@@ -97,6 +97,9 @@ impl BackendChoice {
 /// Compute dtypes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DTypeChoice {
+    /// What the backend computes best for the checkpoint: f32 on CPUs (reference, candle cpu),
+    /// the checkpoint's own f16/bf16 on GPUs (candle cuda/metal).
+    Auto,
     /// 32-bit float.
     F32,
     /// 16-bit float.
@@ -105,12 +108,14 @@ pub enum DTypeChoice {
     Bf16,
 }
 
-impl From<DTypeChoice> for DType {
-    fn from(d: DTypeChoice) -> Self {
-        match d {
-            DTypeChoice::F32 => DType::F32,
-            DTypeChoice::F16 => DType::F16,
-            DTypeChoice::Bf16 => DType::BF16,
+impl DTypeChoice {
+    /// The dtype asked for; `None` for `auto` (decided per checkpoint and backend).
+    pub fn fixed(self) -> Option<DType> {
+        match self {
+            DTypeChoice::Auto => None,
+            DTypeChoice::F32 => Some(DType::F32),
+            DTypeChoice::F16 => Some(DType::F16),
+            DTypeChoice::Bf16 => Some(DType::BF16),
         }
     }
 }
@@ -134,9 +139,12 @@ pub struct ModelArgs {
     /// matching feature).
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Compute dtype of the weights.
-    #[arg(long, value_enum, default_value = "f32")]
+    /// Compute dtype of the weights [auto: f32 on CPUs; on GPUs the checkpoint's own f16/bf16].
+    #[arg(long, value_enum, default_value = "auto")]
     pub dtype: DTypeChoice,
+    /// Load even when the weights and KV cache need more memory than is available.
+    #[arg(long)]
+    pub ignore_memory_limit: bool,
 }
 
 /// Sampling options (the defaults are greedy decoding).

@@ -38,10 +38,20 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
         self.store
     }
 
-    /// Tensor `name` of shape `shape`, as an array of the compute dtype.
+    /// Tensor `name` of shape `shape`, as an array of the compute dtype: its stored bytes go
+    /// from the memory map to the backend as they are ([`Backend::from_le_bytes`]; no host `f32`
+    /// copy on backends that override it), and its pages of the map are released afterwards.
     pub fn array(&mut self, name: &str, shape: &[usize]) -> LoadResult<B::Array> {
-        let data = self.store.take_f32(name, shape)?;
-        self.from_host(name, &data, shape)
+        let (src, bytes) = self.store.take_float_bytes(name, shape)?;
+        let array = self
+            .backend
+            .from_le_bytes(bytes, src, shape, self.dtype)
+            .map_err(|e| LoadError::Backend {
+                name: name.to_string(),
+                reason: e.to_string(),
+            })?;
+        self.store.release(name);
+        Ok(array)
     }
 
     /// Tensor `name` of shape `shape`, as host `f32` values.

@@ -22,6 +22,7 @@ mod arrays;
 mod config_file;
 mod error;
 mod layout;
+mod plan;
 pub mod tensors;
 
 use std::path::Path;
@@ -35,6 +36,7 @@ pub use config_file::{
 };
 pub use error::{LoadError, LoadResult};
 pub use layout::{TextLayout, TOWER_MODULES};
+pub use plan::{auto_dtype, available_memory, estimate_memory, MemoryEstimate};
 pub use tensors::{StoreStats, TensorStore};
 
 use crate::models::{Gemma4Assistant, Gemma4Target};
