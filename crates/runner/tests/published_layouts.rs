@@ -126,7 +126,8 @@ fn the_registry_builds_every_published_target_type() {
     ] {
         let dir = fixture_root().join(case).join("target");
         let (target, _) =
-            load_target_model(&B::default(), &dir, &LoadOptions::default()).expect("loads");
+            load_target_model(&B::default(), &dir, &LoadOptions::default(), &mut |_, _| {})
+                .expect("loads");
         assert_eq!(target.family(), Family::Gemma4);
         assert!(target.as_gemma4().is_some());
         let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
@@ -140,7 +141,7 @@ fn the_registry_builds_every_published_target_type() {
     assert!(registry::lookup("gemma4_assistant", Role::Target).is_none());
     // A drafter directory is not a target.
     let dir = fixture_root().join("mm_e2b/assistant");
-    match load_target_model(&B::default(), &dir, &LoadOptions::default()) {
+    match load_target_model(&B::default(), &dir, &LoadOptions::default(), &mut |_, _| {}) {
         Err(LoadError::UnknownModelType {
             found, expected, ..
         }) => {

@@ -277,6 +277,21 @@ impl TensorStore {
             .map(|(dtype, _)| dtype)
     }
 
+    /// How many tensors the weights hold.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether the weights hold no tensor at all.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// How many tensors were taken (read or skipped) so far.
+    pub fn taken(&self) -> usize {
+        self.taken.len()
+    }
+
     /// Every tensor name in the weights (sorted).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.index.keys().map(String::as_str)
