@@ -85,6 +85,12 @@ impl ModelArgs {
     }
 }
 
+/// `--model` / `--draft`: a directory, or a repo id resolved through the HF cache
+/// ([`runner::hub::resolve_model`]).
+fn model_location(spec: &str) -> Result<PathBuf, String> {
+    runner::hub::resolve_model(std::path::Path::new(spec)).map_err(|e| e.to_string())
+}
+
 impl BackendChoice {
     /// Candle when compiled in, else the reference backend.
     pub const DEFAULT: &'static str = if cfg!(feature = "candle") {
@@ -124,13 +130,14 @@ impl DTypeChoice {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Model")]
 pub struct ModelArgs {
-    /// Target model directory (HF layout: config.json, *.safetensors, tokenizer.json)
+    /// Target model directory (HF layout: config.json, *.safetensors, tokenizer.json) or HF repo
+    /// id (owner/name[@revision], from the local HF cache)
     /// [default: the pair in $MTP_MODEL_DIR, else models/default/ of the checkout].
-    #[arg(long, visible_alias = "target", value_name = "DIR")]
+    #[arg(long, visible_alias = "target", value_name = "DIR|REPO", value_parser = model_location)]
     pub model: Option<PathBuf>,
-    /// Drafter (Gemma 4 assistant) directory [default: none with --model, so plain decoding;
-    /// the default pair's assistant without --model].
-    #[arg(long, visible_alias = "assistant", value_name = "DIR")]
+    /// Drafter (Gemma 4 assistant) directory or HF repo id [default: none with --model, so plain
+    /// decoding; the default pair's assistant without --model].
+    #[arg(long, visible_alias = "assistant", value_name = "DIR|REPO", value_parser = model_location)]
     pub draft: Option<PathBuf>,
     /// Backend to run on.
     #[arg(long, value_enum, default_value = BackendChoice::DEFAULT)]
