@@ -12,6 +12,8 @@
 //! * [`loading`] — HF model directories (config + memory-mapped safetensors) into those models;
 //! * [`tokenizer`] — `tokenizer.json` with its special tokens, Gemma chat prompts and the
 //!   streaming [`Detokenizer`](tokenizer::Detokenizer);
+//! * [`proposers`] — what drafts: an assistant's MTP head, prompt lookup, detected from a
+//!   draft directory's `model_type` or chosen;
 //! * [`defaults`] — where the default model pair lives;
 //! * [`hub`] — models named by Hugging Face repo id, from the local HF cache (downloaded with the
 //!   `hf-hub` feature).
@@ -29,6 +31,7 @@ pub mod hub;
 pub mod loading;
 pub mod models;
 pub mod pipeline;
+pub mod proposers;
 pub mod tokenizer;
 
 #[cfg(feature = "candle")]

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use mtp_core::engine::{CancelToken, Engine, GenerateRequest, Response, SinkFlow, TokenSink};
 use mtp_core::model::TargetModel;
+use mtp_core::proposer::{NgramOptions, NgramProposer};
 use mtp_core::Backend;
 
 use crate::defaults::ModelPaths;
@@ -157,6 +158,7 @@ pub struct Pipeline<B: Backend> {
     backend: B,
     target: LoadedTarget<B>,
     drafter: Option<Gemma4Assistant<B>>,
+    ngram: Option<NgramProposer>,
     tokenizer: Tokenizer,
 }
 
@@ -165,6 +167,7 @@ impl<B: Backend> std::fmt::Debug for Pipeline<B> {
         f.debug_struct("Pipeline")
             .field("backend", &self.backend.name())
             .field("drafter", &self.drafter.is_some())
+            .field("ngram", &self.ngram.map(|n| n.options()))
             .finish()
     }
 }
@@ -238,8 +241,21 @@ impl<B: Backend> Pipeline<B> {
             backend,
             target,
             drafter,
+            ngram: None,
             tokenizer,
         })
+    }
+
+    /// Draft with prompt lookup ([`NgramProposer`]) matching `options`' n-gram sizes, or not
+    /// (`None`). It drafts alone when no drafter was loaded.
+    pub fn with_ngram(mut self, options: Option<NgramOptions>) -> Self {
+        self.ngram = options.map(NgramProposer::new);
+        self
+    }
+
+    /// The prompt-lookup proposer, when on.
+    pub fn ngram(&self) -> Option<&NgramProposer> {
+        self.ngram.as_ref()
     }
 
     /// The backend the models run on.
@@ -267,12 +283,14 @@ impl<B: Backend> Pipeline<B> {
         self.target.max_context()
     }
 
-    /// A decode engine over the target and the drafter (when loaded).
+    /// A decode engine over the target and the drafter (when loaded) or prompt lookup (when
+    /// on).
     pub fn engine(&self) -> Engine<'_, B> {
         let engine = Engine::new(&self.backend, &self.target);
-        match &self.drafter {
-            Some(drafter) => engine.with_drafter(drafter),
-            None => engine,
+        match (&self.drafter, &self.ngram) {
+            (Some(drafter), _) => engine.with_drafter(drafter),
+            (None, Some(ngram)) => engine.with_proposer(ngram),
+            (None, None) => engine,
         }
     }
 

@@ -8,3 +8,4 @@ pub mod load_plan;
 pub mod logging;
 pub mod output;
 pub mod progress;
+pub mod proposer_args;
