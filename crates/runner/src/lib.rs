@@ -12,7 +12,8 @@
 //! * [`loading`] — HF model directories (config + memory-mapped safetensors) into those models;
 //! * [`tokenizer`] — `tokenizer.json` with its special tokens, Gemma chat prompts and the
 //!   streaming [`Detokenizer`](tokenizer::Detokenizer);
-//! * [`defaults`] — where the default model pair lives.
+//! * [`defaults`] — where the default model pair lives;
+//! * [`sampling_defaults`] — a model's default sampling settings (`generation_config.json`).
 //!
 //! Cargo features: `candle` (default) adds the candle backend (re-exported as
 //! [`backend_candle`] when enabled), with `metal`, `cuda`, `accelerate` and `mkl` passed
@@ -22,9 +23,12 @@
 #![warn(missing_docs)]
 
 pub mod defaults;
+#[cfg(feature = "embedded-model")]
+pub mod embedded_pair;
 pub mod loading;
 pub mod models;
 pub mod pipeline;
+pub mod sampling_defaults;
 pub mod tokenizer;
 
 #[cfg(feature = "candle")]

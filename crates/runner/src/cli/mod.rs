@@ -3,7 +3,9 @@
 pub mod args;
 pub mod backend;
 pub mod bench;
+pub mod console;
 pub mod generate;
 pub mod logging;
+pub mod model_check;
 pub mod output;
 pub mod progress;
