@@ -12,6 +12,7 @@ use mtp_core::options::LogprobsRequest;
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::Backend;
 use runner::loading::LoadOptions;
+use runner::proposers::ProposerChoice;
 use runner::sampling_defaults::sampling_defaults;
 use runner::{ModelPaths, PromptFormat};
 
@@ -33,8 +34,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
         .context("invalid sampling option")?;
     let backend = AnyBackend::open(&args.model)?;
     let prompt = read_prompt(args.prompt.as_deref())?;
-    let paths = model_paths(&args)?;
-    super::model_check::check_paths(&paths)?;
+    let (paths, proposers) = model_paths(&args)?;
     let defaults = sampling_defaults(&paths.target)?;
     let sampling = args.sampling.options_over(&defaults.options);
     sampling.validate().context("invalid sampling option")?;
@@ -46,6 +46,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
         args: &args,
         prompt: &prompt,
         paths: &paths,
+        proposers: &proposers,
         options: &options,
         sampling,
     };
@@ -57,6 +58,7 @@ struct Inputs<'a> {
     args: &'a GenerateArgs,
     prompt: &'a str,
     paths: &'a ModelPaths,
+    proposers: &'a ProposerChoice,
     options: &'a LoadOptions,
     /// The sampling options: the flags over the model's defaults (no seed drawn yet).
     sampling: SamplerOptions,
@@ -88,21 +90,31 @@ fn read_prompt(arg: Option<&str>) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// The pair of `--model`/`--draft` (or the default pair); `--no-draft` drops the drafter.
-fn model_paths(args: &GenerateArgs) -> anyhow::Result<ModelPaths> {
+/// The pair of `--model`/`--draft` (or the default pair) and the proposers of
+/// `--draft-kind` (detected from the draft directory by default); `--no-draft` drops them.
+fn model_paths(args: &GenerateArgs) -> anyhow::Result<(ModelPaths, ProposerChoice)> {
     let mut paths = args.model.paths()?;
-    if args.draft.no_draft {
-        paths.drafter = None;
-    } else if paths.drafter.is_none() {
+    super::model_check::check_paths(&paths)?;
+    let choice = if args.draft.no_draft {
+        ProposerChoice {
+            mtp: None,
+            ngram: None,
+        }
+    } else {
+        args.proposers.choice(paths.drafter.as_deref())?
+    };
+    paths.drafter = choice.mtp.clone();
+    if !args.draft.no_draft && !choice.is_speculative() {
         tracing::info!("no --draft: plain decoding with the target alone");
     }
-    Ok(paths)
+    Ok((paths, choice))
 }
 
 fn run_on<B: Backend>(backend: B, inputs: &Inputs<'_>) -> anyhow::Result<ExitCode> {
     let args = inputs.args;
     let backend_name = backend.name();
-    let pipeline = load_pipeline(backend, inputs.paths, inputs.options)?;
+    let pipeline =
+        load_pipeline(backend, inputs.paths, inputs.options)?.with_ngram(inputs.proposers.ngram);
 
     let format = if args.length.chat {
         PromptFormat::Chat

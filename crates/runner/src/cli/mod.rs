@@ -9,3 +9,4 @@ pub mod logging;
 pub mod model_check;
 pub mod output;
 pub mod progress;
+pub mod proposer_args;
