@@ -888,4 +888,19 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
         let values = self.take_along_axis(x, &idx, last)?;
         Ok((values, idx))
     }
+
+    /// Which rows along `axis` no token can be chosen from: a `U32` array with `axis` kept (size
+    /// 1) that is 1 where the row holds a NaN or +∞ or has no finite value (all −∞), else 0.
+    ///
+    /// The engine reads it in the same host read as a greedy round's argmax ids, so a model that
+    /// computes NaN is an error instead of an arbitrary token. The default body (NaN lifted to
+    /// +∞, then the row maximum compared with ±∞) is five elementwise/reduction ops; a backend
+    /// may fuse it.
+    fn non_finite_rows(&self, x: &Self::Array, axis: usize) -> Result<Self::Array, Self::Error> {
+        let infinity = self.scalar(f32::INFINITY, self.dtype(x))?;
+        let nan = self.compare(x, x, CompareOp::Ne)?;
+        let lifted = self.where_cond(&nan, &infinity, x)?;
+        let max = self.reduce(&lifted, axis, ReduceOp::Max)?;
+        self.compare(&self.unary(&max, UnaryOp::Abs)?, &infinity, CompareOp::Eq)
+    }
 }

@@ -16,7 +16,8 @@
 //!   draft directory's `model_type` or chosen;
 //! * [`defaults`] — where the default model pair lives;
 //! * [`hub`] — models named by Hugging Face repo id, from the local HF cache (downloaded with the
-//!   `hf-hub` feature).
+//!   `hf-hub` feature);
+//! * [`sampling_defaults`] — a model's default sampling settings (`generation_config.json`).
 //!
 //! Cargo features: `candle` (default) adds the candle backend (re-exported as
 //! [`backend_candle`] when enabled), with `metal`, `cuda`, `accelerate` and `mkl` passed
@@ -27,11 +28,14 @@
 #![warn(missing_docs)]
 
 pub mod defaults;
+#[cfg(feature = "embedded-model")]
+pub mod embedded_pair;
 pub mod hub;
 pub mod loading;
 pub mod models;
 pub mod pipeline;
 pub mod proposers;
+pub mod sampling_defaults;
 pub mod tokenizer;
 
 #[cfg(feature = "candle")]

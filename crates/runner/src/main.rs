@@ -9,6 +9,7 @@ use clap::Parser;
 use cli::args::{Cli, Command};
 
 fn main() -> ExitCode {
+    cli::console::install();
     let cli = Cli::parse();
     cli::logging::init(cli.verbose);
     let result = match cli.command {
@@ -17,8 +18,12 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(err) if cli::console::closed_pipe_in(&err) => {
+            ExitCode::from(cli::console::EXIT_CLOSED_PIPE)
+        }
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // A closed stderr leaves nowhere to report to: the status still says it failed.
+            let _ = cli::console::err(&format!("error: {err:#}\n"));
             ExitCode::FAILURE
         }
     }

@@ -43,8 +43,10 @@ pub enum PipelineError {
     EmptyPrompt,
     /// The prompt does not fit the context.
     #[error(
-        "the prompt has {prompt} tokens but the model's context holds {context} (prompt and \
-         generated tokens together); shorten the prompt"
+        "the prompt has {prompt} tokens but at most {} fit: the model's context holds \
+         {context} positions (prompt and generated tokens together) and one must stay free for \
+         the first generated token; shorten the prompt",
+        .context.saturating_sub(1)
     )]
     PromptTooLong {
         /// Prompt tokens.

@@ -71,7 +71,7 @@ fn prompt_longer_than_the_context() {
     let long = vec!["w5"; 300].join(" ");
     assert_fails_with(
         generate_on(&swa().target()).arg(long),
-        "the prompt has 300 tokens but the model's context holds 256",
+        "the prompt has 300 tokens but at most 255 fit: the model's context holds 256 positions",
     );
     assert_fails_with(
         generate_on(&swa().target()).arg("  "),

@@ -41,6 +41,7 @@
 //! target's distribution (Leviathan et al. 2023; Chen et al. 2023). Both are property-tested in
 //! this crate against the plain loop, which is written separately as the oracle.
 
+mod greedy_verify;
 mod overlap;
 mod plain;
 mod session;
@@ -59,7 +60,10 @@ use crate::acceptance::AcceptanceRules;
 use crate::cache::CacheSet;
 use crate::model::{MtpDrafter, TargetModel};
 use crate::options::MtpOptions;
-use crate::options::{decode_mode, DecodeMode, DraftOverrides, DrafterPresence, LogprobsRequest};
+use crate::options::{
+    decode_mode, speculation_off, DecodeMode, DraftOverrides, DrafterPresence, LogprobsRequest,
+    SpeculationOff,
+};
 use crate::proposer::{MtpChain, Proposer};
 use crate::sampling::SamplerOptions;
 use crate::{Backend, CoreError};
@@ -237,11 +241,41 @@ impl<'m, B: Backend> Engine<'m, B> {
     }
 
     fn mode_for(&self, request: &GenerateRequest, options: &MtpOptions) -> DecodeMode {
-        let presence = match self.proposer {
+        decode_mode(
+            &request.sampling,
+            options,
+            self.presence(),
+            request.logprobs,
+        )
+    }
+
+    /// Why `request` decodes without speculation, or `None` when it speculates.
+    pub fn speculation_off(
+        &self,
+        request: &GenerateRequest,
+    ) -> Result<Option<SpeculationOff>, CoreError> {
+        let options = self.mtp_options(request)?;
+        Ok(self.off_reason(request, &options))
+    }
+
+    fn off_reason(
+        &self,
+        request: &GenerateRequest,
+        options: &MtpOptions,
+    ) -> Option<SpeculationOff> {
+        speculation_off(
+            &request.sampling,
+            options,
+            self.presence(),
+            request.logprobs,
+        )
+    }
+
+    fn presence(&self) -> DrafterPresence {
+        match self.proposer {
             Some(_) => DrafterPresence::Loaded,
             None => DrafterPresence::Absent,
-        };
-        decode_mode(&request.sampling, options, presence, request.logprobs)
+        }
     }
 
     /// Generate with fresh caches.
@@ -296,7 +330,9 @@ impl<'m, B: Backend> Engine<'m, B> {
             }
             _ => {
                 plain::run(&mut session, self.overlap.is_active(self.backend))?;
-                Ok(session.into_response(DecodeMode::Plain, None))
+                let mut response = session.into_response(DecodeMode::Plain, None);
+                response.speculation_off = self.off_reason(request, &options);
+                Ok(response)
             }
         }
     }

@@ -27,9 +27,11 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Generate a continuation of a prompt; text streams to stdout, statistics go to stderr.
+    #[command(allow_negative_numbers = true)]
     Generate(GenerateArgs),
     /// Benchmark plain decode against MTP (schedules and fixed depths) on a prompt set, with the
     /// verify-cost curve and the ideal speedup; prints a table and writes JSON.
+    #[command(allow_negative_numbers = true)]
     Bench(super::bench::args::BenchArgs),
 }
 
@@ -158,24 +160,24 @@ pub struct ModelArgs {
     pub ignore_memory_limit: bool,
 }
 
-/// Sampling options (the defaults are greedy decoding).
+/// Sampling options. Unset temperature / top-k / top-p come from the model's
+/// `generation_config.json` as HF reads it (greedy unless `do_sample` is true), else ollama's
+/// defaults; `mtp bench` starts from greedy instead.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Sampling")]
 pub struct SamplingArgs {
-    /// Softmax temperature; 0 is greedy (argmax).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub temperature: f32,
-    /// Keep only the K most likely tokens; 0 is off.
-    #[arg(long, default_value_t = 0, value_name = "K")]
-    pub top_k: usize,
-    /// Nucleus sampling threshold; <= 0 or >= 1 is off.
-    #[arg(
-        long,
-        default_value_t = 1.0,
-        allow_negative_numbers = true,
-        value_name = "P"
-    )]
-    pub top_p: f32,
+    /// Softmax temperature; 0 is greedy (argmax), the exact-greedy guarantee of MTP
+    /// [default: the model's generation_config.json, else 0.8; mtp bench: 0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub temperature: Option<f32>,
+    /// Keep only the K most likely tokens; 0 is off [default: the model's
+    /// generation_config.json, else 40; mtp bench: 0].
+    #[arg(long, value_name = "K", value_parser = whole::<usize>)]
+    pub top_k: Option<usize>,
+    /// Nucleus sampling threshold; <= 0 or >= 1 is off [default: the model's
+    /// generation_config.json, else 0.9; mtp bench: 1].
+    #[arg(long, allow_negative_numbers = true, value_name = "P")]
+    pub top_p: Option<f32>,
     /// Drop tokens below P x the largest probability; 0 is off.
     #[arg(
         long,
@@ -194,20 +196,27 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
     /// Size of the penalty window in tokens; 0 disables all penalties.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = whole::<usize>)]
     pub repeat_last_n: usize,
-    /// Seed of the sampler's random stream [default: random].
-    #[arg(long)]
+    /// Seed of the sampler's random stream [default: random, printed in the statistics so the
+    /// run can be repeated].
+    #[arg(long, value_parser = whole::<u64>)]
     pub seed: Option<u64>,
 }
 
 impl SamplingArgs {
-    /// The sampler options (not yet validated).
+    /// The sampler options over greedy defaults (`mtp bench`; not yet validated).
     pub fn options(&self) -> SamplerOptions {
+        self.options_over(&SamplerOptions::default())
+    }
+
+    /// The sampler options: the flags given, the rest from `base` (a model's defaults; not yet
+    /// validated).
+    pub fn options_over(&self, base: &SamplerOptions) -> SamplerOptions {
         SamplerOptions {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
+            temperature: self.temperature.unwrap_or(base.temperature),
+            top_k: self.top_k.unwrap_or(base.top_k),
+            top_p: self.top_p.unwrap_or(base.top_p),
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
             presence_penalty: self.presence_penalty,
@@ -223,11 +232,17 @@ impl SamplingArgs {
 #[command(next_help_heading = "Generation")]
 pub struct LengthArgs {
     /// Most tokens to generate (also capped by the model's context).
-    #[arg(long, short = 'n', default_value_t = 128, value_name = "N")]
+    #[arg(
+        long,
+        short = 'n',
+        default_value_t = 128,
+        value_name = "N",
+        value_parser = whole::<usize>
+    )]
     pub num_predict: usize,
     /// Token id that ends generation; repeat or separate with commas [default: the model's EOS
     /// ids from config.json / generation_config.json / tokenizer_config.json].
-    #[arg(long, value_name = "ID", value_delimiter = ',')]
+    #[arg(long, value_name = "ID", value_delimiter = ',', value_parser = whole::<u32>)]
     pub eos: Vec<u32>,
     /// Never stop at an EOS token.
     #[arg(long, conflicts_with = "eos")]
@@ -260,11 +275,23 @@ impl From<ScheduleChoice> for ScheduleKind {
 }
 
 fn positive(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".to_string()),
-        Ok(v) => Ok(v),
-        Err(e) => Err(e.to_string()),
+    match whole::<usize>(s)? {
+        0 => Err("must be at least 1".to_string()),
+        v => Ok(v),
     }
+}
+
+/// A whole number (0 or more), with an error that says so (clap's own would be "invalid digit
+/// found in string" for `-1`).
+pub fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    let s = s.trim();
+    s.parse::<T>().map_err(|_| {
+        if s.parse::<u128>().is_ok() {
+            format!("{s} is too large")
+        } else {
+            format!("expected a whole number (0 or more), got {s:?}")
+        }
+    })
 }
 
 /// Speculative-decoding options. Unset values come from the model, then the environment

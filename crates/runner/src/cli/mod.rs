@@ -3,9 +3,11 @@
 pub mod args;
 pub mod backend;
 pub mod bench;
+pub mod console;
 pub mod generate;
 pub mod load_plan;
 pub mod logging;
+pub mod model_check;
 pub mod output;
 pub mod progress;
 pub mod proposer_args;

@@ -28,6 +28,7 @@ use self::plan::Plan;
 use self::report::{Context, Report, Setup};
 use self::timed::{ModelClock, TimedDrafter, TimedTarget};
 use super::backend::{with_backend, AnyBackend};
+use super::console;
 use super::load_plan::prepare_load;
 use super::progress::load_pipeline;
 
@@ -40,6 +41,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if paths.drafter.is_none() {
         bail!("mtp bench compares MTP with plain decode and needs a drafter: pass --draft DIR");
     }
+    super::model_check::check_paths(&paths)?;
+    check_writable(&args.plan.json)?;
     let backend = AnyBackend::open(&args.model)?;
     let report = with_backend!(backend, |b| {
         // Prompts are short; the context is dominated by what the bench generates.
@@ -48,13 +51,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         let dtype = options.dtype.to_string();
         run_on(b, &plan, &paths, &options, dtype)
     })?;
-    print!("{}", table::render(&report));
+    console::out(&table::render(&report))?;
     let json = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
     std::fs::write(&args.plan.json, json + "\n")
         .with_context(|| format!("cannot write {}", args.plan.json.display()))?;
-    eprintln!("wrote {}", args.plan.json.display());
+    console::err(&format!("wrote {}\n", args.plan.json.display()))?;
     if report.greedy_identical == Some(false) {
-        eprintln!("error: greedy MTP changed the output (see greedy_match in the table)");
+        console::err("error: greedy MTP changed the output (see greedy_match in the table)\n")?;
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
@@ -127,6 +130,26 @@ fn run_on<B: Backend>(
         &cost,
         host::peak_rss_bytes(),
     ))
+}
+
+/// Fail now, not after the benchmark, when the JSON report cannot be written to `path`: open it
+/// for writing (without truncating an existing report) and remove it again if it is new.
+fn check_writable(path: &Path) -> anyhow::Result<()> {
+    if path.is_dir() {
+        bail!("--json {} is a directory: give a file path", path.display());
+    }
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| format!("cannot write the JSON report to {}", path.display()))?;
+    if !existed {
+        // Only the check created it; a leftover empty file would be harmless.
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
 
 /// `path` made absolute (as given when that fails), for a report read from another directory.
