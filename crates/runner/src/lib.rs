@@ -12,7 +12,9 @@
 //! * [`loading`] — HF model directories (config + memory-mapped safetensors) into those models;
 //! * [`tokenizer`] — `tokenizer.json` with its special tokens, Gemma chat prompts and the
 //!   streaming [`Detokenizer`](tokenizer::Detokenizer);
-//! * [`defaults`] — where the default model pair lives.
+//! * [`defaults`] — where the default model pair lives;
+//! * `server` (cargo feature `server`, on by default) — `mtp serve`: the ollama and OpenAI
+//!   HTTP APIs over a worker thread that owns the models.
 //!
 //! Cargo features: `candle` (default) adds the candle backend (re-exported as
 //! [`backend_candle`] when enabled), with `metal`, `cuda`, `accelerate` and `mkl` passed
@@ -25,6 +27,8 @@ pub mod defaults;
 pub mod loading;
 pub mod models;
 pub mod pipeline;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod tokenizer;
 
 #[cfg(feature = "candle")]

@@ -10,6 +10,7 @@ use mtp_core::engine::{CancelToken, GenerateRequest, SinkFlow};
 use mtp_core::options::LogprobsRequest;
 use mtp_core::Backend;
 use runner::loading::LoadOptions;
+use runner::tokenizer::{ChatMessage, ChatOptions};
 use runner::{ModelPaths, PromptFormat};
 
 use super::args::GenerateArgs;
@@ -80,12 +81,16 @@ fn run_on<B: Backend>(
     let backend_name = backend.name();
     let pipeline = load_pipeline(backend, paths, options)?;
 
-    let format = if args.length.chat {
-        PromptFormat::Chat
+    let prompt_ids = if args.length.chat {
+        let mut messages = Vec::new();
+        if let Some(system) = &args.length.system {
+            messages.push(ChatMessage::text("system", system));
+        }
+        messages.push(ChatMessage::text("user", prompt));
+        pipeline.encode_chat(&messages, &ChatOptions::default())?
     } else {
-        PromptFormat::Raw
+        pipeline.encode(prompt, PromptFormat::Raw)?
     };
-    let prompt_ids = pipeline.encode(prompt, format)?;
     let request = GenerateRequest {
         prompt: prompt_ids.clone(),
         sampling: args.sampling.options(),

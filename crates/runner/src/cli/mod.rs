@@ -1,4 +1,5 @@
-//! The `mtp` command: arguments, the generate and bench commands, output, logging and progress.
+//! The `mtp` command: arguments, the generate, bench and serve commands, output, logging and
+//! progress.
 
 pub mod args;
 pub mod backend;
@@ -7,3 +8,5 @@ pub mod generate;
 pub mod logging;
 pub mod output;
 pub mod progress;
+#[cfg(feature = "server")]
+pub mod serve;
