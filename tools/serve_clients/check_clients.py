@@ -14,6 +14,7 @@ check and a JSON summary; exits non-zero on any failure.
 """
 
 import argparse
+import importlib.metadata
 import json
 import pathlib
 import socket
@@ -134,7 +135,7 @@ def main() -> int:
             server.terminate()
             code = server.wait(timeout=60)
             check("server exits 0 on SIGTERM", code == 0, f"exit {code}")
-    versions = {"ollama": getattr(ollama, "__version__", "?"), "openai": openai.__version__}
+    versions = {name: importlib.metadata.version(name) for name in ("ollama", "openai")}
     print(json.dumps({"versions": versions, "passed": sum(results.values()), "failed":
                       len(results) - sum(results.values())}))
     return 0 if all(results.values()) else 1

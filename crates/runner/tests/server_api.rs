@@ -114,8 +114,9 @@ struct Server {
     ends: Arc<Mutex<Vec<(FinishReason, usize)>>>,
 }
 
-fn start(config: ServerConfig, queue: usize) -> Server {
-    let worker = WorkerEngine::spawn(
+/// A worker over the default pair on candle's CPU.
+fn worker(queue: usize) -> WorkerEngine {
+    WorkerEngine::spawn(
         &pair(),
         WorkerOptions {
             name: NAME.into(),
@@ -129,7 +130,11 @@ fn start(config: ServerConfig, queue: usize) -> Server {
             )
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+fn start(config: ServerConfig, queue: usize) -> Server {
+    let worker = worker(queue);
     let ends = Arc::new(Mutex::new(Vec::new()));
     let engine = Recording {
         inner: worker,
@@ -638,21 +643,7 @@ fn a_tcp_server_serves_and_shuts_down_gracefully() {
     let s = shared();
     let rt = runtime();
     let _ = s;
-    let worker = WorkerEngine::spawn(
-        &pair(),
-        WorkerOptions {
-            name: NAME.into(),
-            queue_depth: 8,
-            env: Default::default(),
-        },
-        |seat| {
-            seat.run(
-                Pipeline::load(CandleBackend::cpu(), &pair(), &Default::default())
-                    .map_err(Into::into),
-            )
-        },
-    )
-    .unwrap();
+    let worker = worker(8);
     let state = AppState::new(
         Arc::new(worker),
         ServerConfig {

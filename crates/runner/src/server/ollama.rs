@@ -22,7 +22,7 @@ use super::error::{Api, ApiError};
 use super::ollama_types::Logprob;
 use super::ollama_types::{
     ChatBody, ChatChunk, GenerateBody, GenerateChunk, ListModel, Message, Metrics, ModelDetails,
-    Options, RunningModel, ShowBody,
+    Options, RunningModel, ShowBody, Tail,
 };
 use super::request::{in_range, top_logprobs, AppState};
 use super::stream;
@@ -162,10 +162,7 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Resp
             created_at: now_rfc3339(),
             response: String::new(),
             done: true,
-            logprobs: None,
-            done_reason: Some("load".into()),
-            metrics: None,
-            mtp: None,
+            tail: Tail::loaded(),
         })
         .into_response());
     }
@@ -180,26 +177,13 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Resp
         messages.push(ChatMessage::text("user", &body.prompt));
         state.chat_prompt(API, &messages, &ChatOptions::default())?
     };
-    let budget = state.budget(prompt.len(), num_predict(&options));
-    let job = state.job(
-        API,
-        prompt,
-        sampling(&options)?,
-        budget,
-        options.stop.clone().unwrap_or_default(),
-        logprobs,
-    )?;
-    let frame = move |text: String,
-                      lps: Option<&[TokenLogprob]>,
-                      done: Option<(&Finished, Duration)>| GenerateChunk {
+    let job = job(&state, prompt, &options, logprobs)?;
+    let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| GenerateChunk {
         model: name.clone(),
         created_at: now_rfc3339(),
         response: text,
         done: done.is_some(),
-        logprobs: lps.map(|l| l.iter().map(Logprob::from_engine).collect()),
-        done_reason: done.map(|(d, _)| d.reason.ollama().to_string()),
-        metrics: done.map(|(d, total)| metrics(d, total)),
-        mtp: done.and_then(|(d, _)| d.mtp.clone()),
+        tail: Tail::of(lps, done),
     };
     respond(&state, job, body.stream.unwrap_or(true), started, frame).await
 }
@@ -224,10 +208,7 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
             created_at: now_rfc3339(),
             message: assistant(String::new()),
             done: true,
-            logprobs: None,
-            done_reason: Some("load".into()),
-            metrics: None,
-            mtp: None,
+            tail: Tail::loaded(),
         })
         .into_response());
     }
@@ -251,28 +232,49 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
     }
     let options = body.options.clone().unwrap_or_default();
     let prompt = state.chat_prompt(API, &messages, &ChatOptions::default())?;
-    let budget = state.budget(prompt.len(), num_predict(&options));
-    let job = state.job(
-        API,
-        prompt,
-        sampling(&options)?,
-        budget,
-        options.stop.clone().unwrap_or_default(),
-        logprobs,
-    )?;
-    let frame = move |text: String,
-                      lps: Option<&[TokenLogprob]>,
-                      done: Option<(&Finished, Duration)>| ChatChunk {
+    let job = job(&state, prompt, &options, logprobs)?;
+    let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| ChatChunk {
         model: name.clone(),
         created_at: now_rfc3339(),
         message: assistant(text),
         done: done.is_some(),
-        logprobs: lps.map(|l| l.iter().map(Logprob::from_engine).collect()),
-        done_reason: done.map(|(d, _)| d.reason.ollama().to_string()),
-        metrics: done.map(|(d, total)| metrics(d, total)),
-        mtp: done.and_then(|(d, _)| d.mtp.clone()),
+        tail: Tail::of(lps, done),
     };
     respond(&state, job, body.stream.unwrap_or(true), started, frame).await
+}
+
+/// The end of a generation and the request's total time, on the last object only.
+type Done<'a> = Option<(&'a Finished, Duration)>;
+
+impl Tail {
+    fn of(lps: Option<&[TokenLogprob]>, done: Done<'_>) -> Self {
+        Self {
+            logprobs: lps.map(|l| l.iter().map(Logprob::from_engine).collect()),
+            done_reason: done.map(|(d, _)| d.reason.ollama().to_string()),
+            metrics: done.map(|(d, total)| metrics(d, total)),
+            mtp: done.and_then(|(d, _)| d.mtp.clone()),
+        }
+    }
+
+    /// ollama's answer to a request without a prompt: the model is loaded.
+    fn loaded() -> Self {
+        Self {
+            done_reason: Some("load".into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// The job of a generate or chat request: budget, sampling, stop strings, log-probabilities.
+fn job(
+    state: &AppState,
+    prompt: Vec<u32>,
+    options: &Options,
+    logprobs: Option<usize>,
+) -> Result<GenerationJob, ApiError> {
+    let budget = state.budget(prompt.len(), num_predict(options));
+    let stop = options.stop.clone().unwrap_or_default();
+    state.job(API, prompt, sampling(options)?, budget, stop, logprobs)
 }
 
 fn assistant(content: String) -> Message {
@@ -293,7 +295,7 @@ async fn respond<T, F>(
 ) -> Result<Response, ApiError>
 where
     T: Serialize + Send + 'static,
-    F: Fn(String, Option<&[TokenLogprob]>, Option<(&Finished, Duration)>) -> T + Send + 'static,
+    F: Fn(String, Option<&[TokenLogprob]>, Done<'_>) -> T + Send + 'static,
 {
     let cancel = job.cancel.clone();
     let with_logprobs = job.logprobs.is_some();

@@ -123,13 +123,9 @@ impl Logprob {
     }
 }
 
-/// One object of a `/api/generate` stream (or the whole answer with `"stream": false`).
-#[derive(Debug, Clone, Serialize)]
-pub struct GenerateChunk {
-    pub model: String,
-    pub created_at: String,
-    pub response: String,
-    pub done: bool,
+/// What the last object of a stream adds (and, with log-probabilities, every object).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Tail {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<Vec<Logprob>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -141,6 +137,17 @@ pub struct GenerateChunk {
     pub mtp: Option<MtpStats>,
 }
 
+/// One object of a `/api/generate` stream (or the whole answer with `"stream": false`).
+#[derive(Debug, Clone, Serialize)]
+pub struct GenerateChunk {
+    pub model: String,
+    pub created_at: String,
+    pub response: String,
+    pub done: bool,
+    #[serde(flatten)]
+    pub tail: Tail,
+}
+
 /// One object of a `/api/chat` stream.
 #[derive(Debug, Clone, Serialize)]
 pub struct ChatChunk {
@@ -148,15 +155,8 @@ pub struct ChatChunk {
     pub created_at: String,
     pub message: Message,
     pub done: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub logprobs: Option<Vec<Logprob>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub done_reason: Option<String>,
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub metrics: Option<Metrics>,
-    /// Speculative statistics; not in ollama.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mtp: Option<MtpStats>,
+    #[serde(flatten)]
+    pub tail: Tail,
 }
 
 /// `api.ModelDetails`.

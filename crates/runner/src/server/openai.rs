@@ -180,6 +180,22 @@ fn completion_logprobs(lps: &[TokenLogprob], start: usize) -> serde_json::Value 
     })
 }
 
+fn include_usage(c: &Common) -> bool {
+    c.stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false)
+}
+
+impl<C> Completion<C> {
+    /// With the generation's usage and speculative statistics.
+    fn finished(mut self, done: &Finished) -> Self {
+        self.usage = Some(usage(done));
+        self.mtp = done.mtp.clone();
+        self
+    }
+}
+
 fn usage(done: &Finished) -> Usage {
     Usage {
         prompt_tokens: done.prompt_tokens,
@@ -252,16 +268,9 @@ pub async fn chat_completions(
             logprobs: with_logprobs.then(|| chat_logprobs(&all.logprobs)),
             finish_reason: Some(done.reason.openai()),
         };
-        let mut out = envelope(vec![choice], "chat.completion");
-        out.usage = Some(usage(&done));
-        out.mtp = done.mtp.clone();
-        return Ok(Json(out).into_response());
+        return Ok(Json(envelope(vec![choice], "chat.completion").finished(&done)).into_response());
     }
-    let include_usage = c
-        .stream_options
-        .as_ref()
-        .and_then(|o| o.include_usage)
-        .unwrap_or(false);
+    let include_usage = include_usage(c);
     let delta = |role: Option<&'static str>,
                  content: Option<String>,
                  lps: Option<&[TokenLogprob]>,
@@ -291,12 +300,7 @@ pub async fn chat_completions(
                 vec![delta(None, None, None, Some(done.reason.openai()))],
                 object,
             ),
-            Piece::Usage(done) => {
-                let mut out = envelope(Vec::new(), object);
-                out.usage = Some(usage(done));
-                out.mtp = done.mtp.clone();
-                out
-            }
+            Piece::Usage(done) => envelope(Vec::new(), object).finished(done),
         },
     )
     .await
@@ -381,16 +385,12 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
         let all = run(&state, job).await?;
         let done = all.done;
         let lps = with_logprobs.then(|| completion_logprobs(&all.logprobs, 0));
-        let mut out = envelope(vec![choice(all.text, lps, Some(done.reason.openai()))]);
-        out.usage = Some(usage(&done));
-        out.mtp = done.mtp.clone();
-        return Ok(Json(out).into_response());
+        return Ok(Json(
+            envelope(vec![choice(all.text, lps, Some(done.reason.openai()))]).finished(&done),
+        )
+        .into_response());
     }
-    let include_usage = c
-        .stream_options
-        .as_ref()
-        .and_then(|o| o.include_usage)
-        .unwrap_or(false);
+    let include_usage = include_usage(c);
     let first = None::<Completion<TextChoice>>;
     let sent = std::sync::atomic::AtomicUsize::new(0);
     sse(
@@ -409,12 +409,7 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
                 None,
                 Some(done.reason.openai()),
             )]),
-            Piece::Usage(done) => {
-                let mut out = envelope(Vec::new());
-                out.usage = Some(usage(done));
-                out.mtp = done.mtp.clone();
-                out
-            }
+            Piece::Usage(done) => envelope(Vec::new()).finished(done),
         },
     )
     .await
