@@ -8,5 +8,6 @@ pub mod generate;
 pub mod logging;
 pub mod output;
 pub mod progress;
+pub mod proposer_args;
 #[cfg(feature = "server")]
 pub mod serve;

@@ -12,6 +12,7 @@ use runner::server::{self, AppState, ServerConfig, WorkerEngine, WorkerOptions};
 use super::args::{DraftArgs, ModelArgs};
 use super::backend::{with_backend, AnyBackend};
 use super::progress::load_pipeline;
+use super::proposer_args::ProposerArgs;
 
 /// `mtp serve`.
 #[derive(Debug, Args)]
@@ -22,6 +23,9 @@ pub struct ServeArgs {
     /// Speculative decoding (applies to every request).
     #[command(flatten)]
     pub draft: DraftArgs,
+    /// What drafts (as for `generate`).
+    #[command(flatten)]
+    pub proposers: ProposerArgs,
     /// Server options.
     #[command(flatten)]
     pub server: ServerArgs,
@@ -80,9 +84,14 @@ pub struct ServerArgs {
 /// Run `mtp serve`.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut paths = args.model.paths()?;
-    if args.draft.no_draft {
+    let ngram = if args.draft.no_draft {
         paths.drafter = None;
-    }
+        None
+    } else {
+        let choice = args.proposers.choice(paths.drafter.as_deref())?;
+        paths.drafter = choice.mtp.clone();
+        choice.ngram
+    };
     let name = match &args.server.name {
         Some(name) => name.clone(),
         None => model_name(&paths.target),
@@ -108,8 +117,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         WorkerOptions::from_process_env(name.clone(), args.server.queue),
         move |seat| match AnyBackend::open(&backend_args) {
             Err(e) => seat.fail(e.into()),
-            Ok(backend) => with_backend!(backend, |b| seat
-                .run(load_pipeline(b, &load_paths, &options).map_err(Into::into))),
+            Ok(backend) => with_backend!(backend, |b| seat.run(
+                load_pipeline(b, &load_paths, &options)
+                    .map(|p| p.with_ngram(ngram))
+                    .map_err(Into::into)
+            )),
         },
     )
     .map_err(|e| anyhow::anyhow!(e))
