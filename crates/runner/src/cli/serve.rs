@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use runner::loading::LoadOptions;
 use runner::server::{self, AppState, ServerConfig, WorkerEngine, WorkerOptions};
 
 use super::args::{DraftArgs, ModelArgs};
 use super::backend::{with_backend, AnyBackend};
+use super::load_plan::prepare_load;
 use super::progress::load_pipeline;
 use super::proposer_args::ProposerArgs;
 
@@ -107,9 +107,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .ok_or(())
         })
         .map_err(|_| anyhow::anyhow!("cannot resolve --host {}", args.server.host))?;
-    let options = LoadOptions {
-        dtype: args.model.dtype.into(),
-    };
     let backend_args: ModelArgs = args.model;
     let load_paths = paths.clone();
     let worker = WorkerEngine::spawn(
@@ -117,11 +114,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         WorkerOptions::from_process_env(name.clone(), args.server.queue),
         move |seat| match AnyBackend::open(&backend_args) {
             Err(e) => seat.fail(e.into()),
-            Ok(backend) => with_backend!(backend, |b| seat.run(
-                load_pipeline(b, &load_paths, &options)
-                    .map(|p| p.with_ngram(ngram))
-                    .map_err(Into::into)
-            )),
+            // The memory check counts the KV cache at the model's whole context (the estimate
+            // clamps to it): any request may use all of it.
+            Ok(backend) => with_backend!(backend, |b| {
+                match prepare_load(&b, &backend_args, &load_paths, usize::MAX) {
+                    Err(e) => seat.fail(e.into()),
+                    Ok(options) => seat.run(
+                        load_pipeline(b, &load_paths, &options)
+                            .map(|p| p.with_ngram(ngram))
+                            .map_err(Into::into),
+                    ),
+                }
+            }),
         },
     )
     .map_err(|e| anyhow::anyhow!(e))
