@@ -15,6 +15,8 @@
 //! * [`proposers`] — what drafts: an assistant's MTP head, prompt lookup, detected from a
 //!   draft directory's `model_type` or chosen;
 //! * [`defaults`] — where the default model pair lives;
+//! * `server` (cargo feature `server`, on by default) — `mtp serve`: the ollama and OpenAI
+//!   HTTP APIs over a worker thread that owns the models;
 //! * [`hub`] — models named by Hugging Face repo id, from the local HF cache (downloaded with the
 //!   `hf-hub` feature);
 //! * [`sampling_defaults`] — a model's default sampling settings (`generation_config.json`).
@@ -36,6 +38,8 @@ pub mod models;
 pub mod pipeline;
 pub mod proposers;
 pub mod sampling_defaults;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod tokenizer;
 
 #[cfg(feature = "candle")]

@@ -11,7 +11,7 @@ use crate::defaults::ModelPaths;
 use crate::loading::{LoadError, LoadOptions};
 use crate::models::registry::{load_drafter_model, load_target_model};
 use crate::models::{Gemma4Assistant, LoadedTarget};
-use crate::tokenizer::{PromptFormat, Tokenizer, TokenizerError};
+use crate::tokenizer::{ChatMessage, ChatOptions, PromptFormat, Tokenizer, TokenizerError};
 
 /// What can go wrong in a [`Pipeline`].
 #[derive(Debug, thiserror::Error)]
@@ -304,7 +304,21 @@ impl<B: Backend> Pipeline<B> {
         Ok(ids)
     }
 
-    fn check_prompt(&self, ids: &[u32]) -> Result<(), PipelineError> {
+    /// Token ids of a conversation rendered with the model's chat template (see
+    /// [`Tokenizer::encode_chat`]), checked as [`encode`](Self::encode) checks them.
+    pub fn encode_chat(
+        &self,
+        messages: &[ChatMessage],
+        options: &ChatOptions,
+    ) -> Result<Vec<u32>, PipelineError> {
+        let template = self.tokenizer.chat_template()?;
+        let ids = self.tokenizer.encode_chat(&template, messages, options)?;
+        self.check_prompt(&ids)?;
+        Ok(ids)
+    }
+
+    /// Check that prompt ids are non-empty and fit the context (as [`encode`](Self::encode) does).
+    pub fn check_prompt(&self, ids: &[u32]) -> Result<(), PipelineError> {
         if ids.is_empty() {
             return Err(PipelineError::EmptyPrompt);
         }

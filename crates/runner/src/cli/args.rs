@@ -33,6 +33,9 @@ pub enum Command {
     /// verify-cost curve and the ideal speedup; prints a table and writes JSON.
     #[command(allow_negative_numbers = true)]
     Bench(super::bench::args::BenchArgs),
+    /// Serve the ollama API (/api/*) and the OpenAI API (/v1/*) on one port over one model pair.
+    #[cfg(feature = "server")]
+    Serve(Box<super::serve::ServeArgs>),
 }
 
 /// `mtp generate`.
@@ -247,10 +250,13 @@ pub struct LengthArgs {
     /// Never stop at an EOS token.
     #[arg(long, conflicts_with = "eos")]
     pub ignore_eos: bool,
-    /// Wrap the prompt in the model's chat template (one user turn; Gemma's turn format is the
-    /// only one supported).
+    /// Render the prompt as one user turn with the model's own chat template
+    /// (chat_template.jinja, else tokenizer_config.json's), ending where the model answers.
     #[arg(long)]
     pub chat: bool,
+    /// A system message before the user turn (with --chat) [default: none].
+    #[arg(long, value_name = "TEXT", requires = "chat")]
+    pub system: Option<String>,
 }
 
 /// Draft schedules.

@@ -14,6 +14,7 @@ use mtp_core::Backend;
 use runner::loading::LoadOptions;
 use runner::proposers::ProposerChoice;
 use runner::sampling_defaults::sampling_defaults;
+use runner::tokenizer::{ChatMessage, ChatOptions};
 use runner::{ModelPaths, PromptFormat};
 
 use super::args::GenerateArgs;
@@ -118,14 +119,19 @@ fn run_on<B: Backend>(
 ) -> anyhow::Result<ExitCode> {
     let args = inputs.args;
     let backend_name = backend.name();
-    let pipeline = load_pipeline(backend, inputs.paths, options)?.with_ngram(inputs.proposers.ngram);
+    let pipeline =
+        load_pipeline(backend, inputs.paths, options)?.with_ngram(inputs.proposers.ngram);
 
-    let format = if args.length.chat {
-        PromptFormat::Chat
+    let prompt_ids = if args.length.chat {
+        let mut messages = Vec::new();
+        if let Some(system) = &args.length.system {
+            messages.push(ChatMessage::text("system", system));
+        }
+        messages.push(ChatMessage::text("user", inputs.prompt));
+        pipeline.encode_chat(&messages, &ChatOptions::default())?
     } else {
-        PromptFormat::Raw
+        pipeline.encode(inputs.prompt, PromptFormat::Raw)?
     };
-    let prompt_ids = pipeline.encode(inputs.prompt, format)?;
     check_eos_flags(&args.length.eos, pipeline.target().vocab_size())?;
     let mut sampling = inputs.sampling.clone();
     if !sampling.is_greedy() && sampling.seed.is_none() {

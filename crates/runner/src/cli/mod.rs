@@ -1,4 +1,5 @@
-//! The `mtp` command: arguments, the generate and bench commands, output, logging and progress.
+//! The `mtp` command: arguments, the generate, bench and serve commands, output, logging and
+//! progress.
 
 pub mod args;
 pub mod backend;
@@ -11,3 +12,5 @@ pub mod model_check;
 pub mod output;
 pub mod progress;
 pub mod proposer_args;
+#[cfg(feature = "server")]
+pub mod serve;
