@@ -14,16 +14,20 @@
 //!   streaming [`Detokenizer`](tokenizer::Detokenizer);
 //! * [`proposers`] — what drafts: an assistant's MTP head, prompt lookup, detected from a
 //!   draft directory's `model_type` or chosen;
-//! * [`defaults`] — where the default model pair lives.
+//! * [`defaults`] — where the default model pair lives;
+//! * [`hub`] — models named by Hugging Face repo id, from the local HF cache (downloaded with the
+//!   `hf-hub` feature).
 //!
 //! Cargo features: `candle` (default) adds the candle backend (re-exported as
 //! [`backend_candle`] when enabled), with `metal`, `cuda`, `accelerate` and `mkl` passed
 //! through; `mlx` adds the MLX backend (re-exported as `backend_mlx`; see the workspace README
-//! for the Linux build); `cli` (default) builds the `mtp` program. With `default-features = false`
+//! for the Linux build); `cli` (default) builds the `mtp` program; `hf-hub` downloads models named
+//! by repo id that are not in the local HF cache. With `default-features = false`
 //! the library builds on mtp-core and its reference backend only.
 #![warn(missing_docs)]
 
 pub mod defaults;
+pub mod hub;
 pub mod loading;
 pub mod models;
 pub mod pipeline;

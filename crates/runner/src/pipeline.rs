@@ -84,6 +84,13 @@ pub enum LoadStage {
     Target,
     /// Loading the drafter's weights.
     Drafter,
+    /// `done` of the target's `total` tensors are loaded (reported after each tensor).
+    TargetTensors {
+        /// Tensors taken so far (read or skipped).
+        done: usize,
+        /// Tensors in the target's files.
+        total: usize,
+    },
 }
 
 impl std::fmt::Display for LoadStage {
@@ -92,6 +99,7 @@ impl std::fmt::Display for LoadStage {
             LoadStage::Tokenizer => "reading the tokenizer",
             LoadStage::Target => "loading the target model",
             LoadStage::Drafter => "loading the drafter",
+            LoadStage::TargetTensors { .. } => "loading the target model's tensors",
         })
     }
 }
@@ -199,14 +207,14 @@ impl<B: Backend> Pipeline<B> {
         progress(LoadStage::Tokenizer);
         let tokenizer = Tokenizer::from_dir(&paths.target)?;
         progress(LoadStage::Target);
-        let (target, _) =
-            load_target_model(&backend, &paths.target, options).map_err(|source| {
-                PipelineError::Load {
-                    role: ModelRole::Target,
-                    path: paths.target.clone(),
-                    source,
-                }
-            })?;
+        let mut on_tensor =
+            |done: usize, total: usize| progress(LoadStage::TargetTensors { done, total });
+        let loaded = load_target_model(&backend, &paths.target, options, &mut on_tensor);
+        let (target, _) = loaded.map_err(|source| PipelineError::Load {
+            role: ModelRole::Target,
+            path: paths.target.clone(),
+            source,
+        })?;
         let drafter = match &paths.drafter {
             Some(dir) => {
                 progress(LoadStage::Drafter);

@@ -15,6 +15,7 @@ use runner::{ModelPaths, PromptFormat};
 
 use super::args::GenerateArgs;
 use super::backend::{with_backend, AnyBackend};
+use super::load_plan::prepare_load;
 use super::output::{print_json, summary, TextStream};
 use super::progress::load_pipeline;
 
@@ -28,12 +29,12 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let backend = AnyBackend::open(&args.model)?;
     let prompt = read_prompt(args.prompt.as_deref())?;
     let (paths, proposers) = model_paths(&args)?;
-    let options = LoadOptions {
-        dtype: args.model.dtype.into(),
-    };
-    with_backend!(backend, |b| run_on(
-        b, &args, &prompt, &paths, &proposers, &options
-    ))
+    // The context the run needs at most: no prompt has more tokens than bytes (+ BOS).
+    let context = prompt.len().saturating_add(1 + args.length.num_predict);
+    with_backend!(backend, |b| {
+        let options = prepare_load(&b, &args.model, &paths, context)?;
+        run_on(b, &args, &prompt, &paths, &proposers, &options)
+    })
 }
 
 /// The prompt from the argument, else from standard input (one trailing newline dropped).

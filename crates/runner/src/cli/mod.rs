@@ -4,6 +4,7 @@ pub mod args;
 pub mod backend;
 pub mod bench;
 pub mod generate;
+pub mod load_plan;
 pub mod logging;
 pub mod output;
 pub mod progress;

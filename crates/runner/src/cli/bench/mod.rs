@@ -33,6 +33,7 @@ use self::plan::Plan;
 use self::report::{Context, Report, Setup};
 use self::timed::{ModelClock, TimedDrafter, TimedTarget};
 use super::backend::{with_backend, AnyBackend};
+use super::load_plan::prepare_load;
 use super::progress::load_pipeline;
 
 /// Run `mtp bench`.
@@ -44,8 +45,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let proposers = args.proposers.choice(paths.drafter.as_deref())?;
     if !proposers.is_speculative() {
         bail!(
-            "mtp bench compares MTP with plain decode and needs a drafter or another proposer: pass --draft DIR or \
-             --draft-kind ngram"
+            "mtp bench compares MTP with plain decode and needs a drafter or another \
+             proposer: pass --draft DIR or --draft-kind ngram"
         );
     }
     if proposers.mtp.is_some() && proposers.ngram.is_some() {
@@ -53,14 +54,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     paths.drafter = proposers.mtp.clone();
     let backend = AnyBackend::open(&args.model)?;
-    let options = LoadOptions {
-        dtype: args.model.dtype.into(),
-    };
-    let dtype = format!("{:?}", args.model.dtype).to_lowercase();
     let ngram = proposers.ngram;
-    let report = with_backend!(backend, |b| run_on(
-        b, &plan, &paths, ngram, &options, dtype
-    ))?;
+    let report = with_backend!(backend, |b| {
+        // Prompts are short; the context is dominated by what the bench generates.
+        let context = plan.num_predict.saturating_add(4096);
+        let options = prepare_load(&b, &args.model, &paths, context)?;
+        let dtype = options.dtype.to_string();
+        run_on(b, &plan, &paths, ngram, &options, dtype)
+    })?;
     print!("{}", table::render(&report));
     let json = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
     std::fs::write(&args.plan.json, json + "\n")
