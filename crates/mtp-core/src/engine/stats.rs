@@ -79,7 +79,7 @@ pub struct MtpStats {
 impl Serialize for MtpStats {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut st = s.serialize_struct("MtpStats", 23)?;
+        let mut st = s.serialize_struct("MtpStats", 21)?;
         st.serialize_field("proposer", &self.proposer)?;
         st.serialize_field("schedule", &self.schedule)?;
         st.serialize_field("drafted", &self.drafted)?;
