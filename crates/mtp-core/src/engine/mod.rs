@@ -185,14 +185,20 @@ impl<'m, B: Backend> Engine<'m, B> {
         self
     }
 
-    /// The MTP options a request resolves to (model defaults, then environment, then request).
+    /// The MTP options a request resolves to (model defaults, then environment, then request),
+    /// with the draft depths clamped to the target's context: a round verifies `current` and
+    /// its drafts in one forward, so at most `max_context - 1` drafts fit.
     pub fn mtp_options(&self, request: &GenerateRequest) -> Result<MtpOptions, CoreError> {
         let env = self.env.clone();
-        MtpOptions::resolve(
+        let mut options = MtpOptions::resolve(
             &self.target.mtp_defaults(),
             &move |k| env(k),
             &request.draft,
-        )
+        )?;
+        let room = self.target.max_context().saturating_sub(1).max(1);
+        options.max_draft_tokens = options.max_draft_tokens.min(room);
+        options.initial_draft_tokens = options.initial_draft_tokens.min(options.max_draft_tokens);
+        Ok(options)
     }
 
     /// How a request will be decoded.
