@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use crate::CoreError;
 
+mod record;
+
+pub use record::RoundRecord;
+
 /// Which draft schedule to use.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
@@ -66,8 +70,14 @@ impl FromStr for ScheduleKind {
 /// What happened in one round, reported to the schedule after it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RoundReport {
-    /// Drafts actually proposed (0 for a plain round).
+    /// The depth the schedule chose for the round (before the engine's caps).
+    pub planned: usize,
+    /// Drafts actually proposed (0 for a plain round): `planned`, or less when the engine
+    /// capped the round (the remaining token budget, or a validation that cannot draft).
     pub drafted: usize,
+    /// Draft positions the target judged: `drafted`, or fewer when an accepted EOS ended the
+    /// round (the drafts after it were cut, not rejected).
+    pub judged: usize,
     /// Drafts accepted (at most `drafted`).
     pub accepted: usize,
     /// Wall time of the round up to its verdict: drafting (also when it ran early) and
@@ -447,7 +457,9 @@ mod tests {
 
     fn report(drafted: usize, accepted: usize) -> RoundReport {
         RoundReport {
+            planned: drafted,
             drafted,
+            judged: drafted,
             accepted,
             elapsed: Duration::from_millis(10),
         }
@@ -538,7 +550,9 @@ mod tests {
             let noise = 1.0 + 0.06 * (rng.random::<f64>() - 0.5);
             let elapsed = Duration::from_secs_f64(cost(d) * noise * 0.01);
             schedule.observe(&RoundReport {
+                planned: d,
                 drafted: d,
+                judged: d,
                 accepted,
                 elapsed,
             });
@@ -598,7 +612,9 @@ mod tests {
         assert!(s.cost_curve().is_none());
         for (d, ms) in [(0, 10), (0, 10), (2, 14), (2, 14), (4, 30), (4, 30)] {
             s.observe(&RoundReport {
+                planned: d,
                 drafted: d,
+                judged: d,
                 accepted: 0,
                 elapsed: Duration::from_millis(ms),
             });

@@ -9,7 +9,7 @@ use crate::acceptance::{AcceptanceRules, RoundEnd, Verdict};
 use crate::model::MtpDrafter;
 use crate::options::{DecodeMode, MtpOptions, ValidationMode};
 use crate::sampling::Distribution;
-use crate::schedule::{new_schedule, DraftSchedule, RoundReport};
+use crate::schedule::{new_schedule, DraftSchedule, RoundRecord, RoundReport};
 use crate::Backend;
 
 /// One round's proposal.
@@ -105,6 +105,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         while !self.session.is_done() && !self.session.cancelled() {
             let started = Instant::now();
             let validation = self.validation();
+            let planned = self.schedule.depth();
             let depth = self.depth(validation, self.session.remaining());
             // Early drafts serve only the round they were built for.
             let early_drafts = early
@@ -113,7 +114,13 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             if depth == 0 {
                 // Timed like a drafting round: up to the verdict, before emission.
                 let next = self.session.plain_token()?;
-                self.end_round(depth, 0, started.elapsed());
+                self.end_round(RoundReport {
+                    planned,
+                    drafted: 0,
+                    judged: 0,
+                    accepted: 0,
+                    elapsed: started.elapsed(),
+                });
                 self.session.emit(next);
                 continue;
             }
@@ -141,7 +148,18 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             let spent = t0.elapsed();
             let in_target = self.session.target_time - target_before;
             self.stats.validate_duration += spent.saturating_sub(in_target);
-            self.end_round(depth, verdict.accepted, started.elapsed() + drafted_before);
+            // Drafts after an accepted EOS were cut, not judged.
+            let judged = match verdict.end {
+                RoundEnd::AcceptedEos => verdict.accepted,
+                RoundEnd::Continue => depth,
+            };
+            self.end_round(RoundReport {
+                planned,
+                drafted: depth,
+                judged,
+                accepted: verdict.accepted,
+                elapsed: started.elapsed() + drafted_before,
+            });
             // The round is committed: its tokens are emitted even if early drafting fails.
             let drafted = if self.overlap {
                 self.draft_early(&verdict, validation)
@@ -154,15 +172,18 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         Ok(())
     }
 
-    /// Count a finished round and report it to the schedule (`elapsed`: from the round's start
-    /// to its verdict, emission excluded).
-    fn end_round(&mut self, depth: usize, accepted: usize, elapsed: Duration) {
-        self.stats.record_round(depth, accepted);
-        self.schedule.observe(&RoundReport {
-            drafted: depth,
-            accepted,
-            elapsed,
+    /// Count a finished round, log it and report it to the schedule (`elapsed`: from the
+    /// round's start to its verdict, emission excluded).
+    fn end_round(&mut self, report: RoundReport) {
+        self.stats.record_round(report.drafted, report.accepted);
+        self.stats.round_log.push(RoundRecord {
+            chosen: report.planned,
+            drafted: report.drafted,
+            accepted: report.accepted,
+            secs: report.elapsed.as_secs_f64(),
+            capped: report.drafted < report.planned,
         });
+        self.schedule.observe(&report);
     }
 
     /// With the evaluation overlap: the next round's greedy drafts, built (and their evaluation

@@ -8,6 +8,7 @@ mod host;
 mod measure;
 mod plan;
 mod report;
+mod rounds;
 mod spread;
 mod table;
 mod timed;

@@ -13,6 +13,7 @@ use super::cost::CostSamples;
 use super::host::Machine;
 use super::measure::{PassTotals, VariantRecord};
 use super::plan::{EosPolicy, Plan};
+use super::rounds::{DepthRounds, RequestRounds};
 use super::spread::{ratio, Spread};
 use super::timed::ClockMode;
 use super::variant::{Decode, Variant};
@@ -149,6 +150,14 @@ pub struct VariantReport {
     pub greedy_match: Option<bool>,
     /// Every pass produced the same tokens.
     pub repeatable: bool,
+    /// Round seconds by drafted depth, over the rounds that drafted the depth the schedule
+    /// chose (MTP variants; depth 0 = plain rounds).
+    pub round_secs_by_depth: Vec<DepthRounds>,
+    /// Rounds the engine drafted below the chosen depth (the token budget).
+    pub capped_rounds: usize,
+    /// Heuristic and adaptive schedules: every round of every measured request (depth chosen,
+    /// drafted, accepted, round seconds, capped); `null` for the other variants.
+    pub round_log: Option<Vec<RequestRounds>>,
 }
 
 /// Inputs of [`Report::build`] that are not measurements.
@@ -333,6 +342,9 @@ fn variant_report(
         drafter_secs_per_round: spread_of(&r.passes, |p| per_round(p, p.drafter_time)),
         greedy_match,
         repeatable: r.repeatable,
+        round_secs_by_depth: r.rounds.by_depth(),
+        capped_rounds: r.rounds.capped,
+        round_log: r.rounds.keep_requests.then(|| r.rounds.requests.clone()),
     }
 }
 
@@ -370,6 +382,7 @@ mod tests {
             acceptance,
             tokens: Vec::new(),
             repeatable: true,
+            rounds: Default::default(),
         }
     }
 

@@ -100,6 +100,7 @@ pub fn render(r: &Report) -> String {
             .collect();
         let _ = writeln!(s, "  {:<14} {}", v.name, cells.join(" "));
     }
+    round_lines(&mut s, r);
     let twins: Vec<&VariantReport> = r
         .variants
         .iter()
@@ -140,6 +141,36 @@ pub fn render(r: &Report) -> String {
         )
     );
     s
+}
+
+/// For the varying schedules: how many rounds drafted each depth and their median round time.
+fn round_lines(s: &mut String, r: &Report) {
+    let varying: Vec<&VariantReport> = r
+        .variants
+        .iter()
+        .filter(|v| v.round_log.is_some())
+        .collect();
+    if varying.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nrounds by drafted depth (depth:rounds@median ms; capped rounds apart):"
+    );
+    for v in varying {
+        let cells: Vec<String> = v
+            .round_secs_by_depth
+            .iter()
+            .map(|d| format!("{}:{}@{}", d.depth, d.rounds, ms(d.secs)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  {:<14} {} | capped {}",
+            v.name,
+            cells.join(" "),
+            v.capped_rounds
+        );
+    }
 }
 
 fn cost_lines(s: &mut String, r: &Report) {
