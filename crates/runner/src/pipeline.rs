@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use mtp_core::engine::{CancelToken, Engine, GenerateRequest, Response, SinkFlow, TokenSink};
 use mtp_core::model::TargetModel;
+use mtp_core::schedule::ScheduleMemory;
 use mtp_core::Backend;
 
 use crate::defaults::ModelPaths;
@@ -149,6 +150,8 @@ pub struct Pipeline<B: Backend> {
     target: Gemma4Target<B>,
     drafter: Option<Gemma4Assistant<B>>,
     tokenizer: Tokenizer,
+    /// The adaptive schedule's state, learned across this pair's requests.
+    schedules: ScheduleMemory,
 }
 
 impl<B: Backend> std::fmt::Debug for Pipeline<B> {
@@ -229,6 +232,7 @@ impl<B: Backend> Pipeline<B> {
             target,
             drafter,
             tokenizer,
+            schedules: ScheduleMemory::new(),
         })
     }
 
@@ -257,9 +261,11 @@ impl<B: Backend> Pipeline<B> {
         self.target.max_context()
     }
 
-    /// A decode engine over the target and the drafter (when loaded).
+    /// A decode engine over the target and the drafter (when loaded), keeping the adaptive
+    /// schedule's learned state in the pipeline (so it carries over between requests).
     pub fn engine(&self) -> Engine<'_, B> {
-        let engine = Engine::new(&self.backend, &self.target);
+        let engine =
+            Engine::new(&self.backend, &self.target).with_schedule_memory(self.schedules.clone());
         match &self.drafter {
             Some(drafter) => engine.with_drafter(drafter),
             None => engine,

@@ -61,6 +61,7 @@ use crate::model::{MtpDrafter, TargetModel};
 use crate::options::MtpOptions;
 use crate::options::{decode_mode, DecodeMode, DraftOverrides, DrafterPresence, LogprobsRequest};
 use crate::sampling::SamplerOptions;
+use crate::schedule::ScheduleMemory;
 use crate::{Backend, CoreError};
 
 /// Where the engine reads `MTP_*` environment settings from.
@@ -134,6 +135,7 @@ pub struct Engine<'m, B: Backend> {
     rules: AcceptanceRules,
     env: EnvLookup,
     overlap: EvalOverlap,
+    schedules: ScheduleMemory,
 }
 
 impl<B: Backend> std::fmt::Debug for Engine<'_, B> {
@@ -158,7 +160,21 @@ impl<'m, B: Backend> Engine<'m, B> {
             rules: AcceptanceRules::default(),
             env: Arc::new(|key| std::env::var(key).ok()),
             overlap: EvalOverlap::default(),
+            schedules: ScheduleMemory::new(),
         }
+    }
+
+    /// Keep the adaptive schedule's learned state in `schedules` (shared with whoever holds a
+    /// clone of it, e.g. the engines of later requests on the same model pair). A new engine
+    /// has a memory of its own; clones of an engine share it.
+    pub fn with_schedule_memory(mut self, schedules: ScheduleMemory) -> Self {
+        self.schedules = schedules;
+        self
+    }
+
+    /// Where the adaptive schedule's learned state is kept.
+    pub fn schedule_memory(&self) -> &ScheduleMemory {
+        &self.schedules
     }
 
     /// Use `drafter` for MTP.
@@ -249,6 +265,7 @@ impl<'m, B: Backend> Engine<'m, B> {
                     self.rules,
                     mode,
                     self.overlap,
+                    &self.schedules,
                 );
                 run.run()?;
                 let stats = run.into_stats();

@@ -9,7 +9,7 @@ use crate::acceptance::{AcceptanceRules, RoundEnd, Verdict};
 use crate::model::MtpDrafter;
 use crate::options::{DecodeMode, MtpOptions, ValidationMode};
 use crate::sampling::Distribution;
-use crate::schedule::{new_schedule, DraftSchedule, RoundRecord, RoundReport};
+use crate::schedule::{DraftSchedule, RoundRecord, RoundReport, ScheduleKey, ScheduleMemory};
 use crate::Backend;
 
 /// One round's proposal.
@@ -41,6 +41,9 @@ pub(super) struct SpeculativeRun<'r, 's, B: Backend> {
     overlap: bool,
 }
 
+/// The proposer name the MTP assistant's schedule state is kept under.
+pub(super) const ASSISTANT_PROPOSER: &str = "mtp-assistant";
+
 impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
     pub fn new(
         session: &'r mut Session<'s, B>,
@@ -49,8 +52,17 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         rules: AcceptanceRules,
         mode: DecodeMode,
         overlap: EvalOverlap,
+        schedules: &ScheduleMemory,
     ) -> Self {
-        let schedule = new_schedule(
+        let key = ScheduleKey {
+            proposer: ASSISTANT_PROPOSER.to_string(),
+            backend: session.backend.name(),
+            mode,
+            validation: validation_for(options, session),
+            overlap: overlap.is_active(session.backend),
+        };
+        let schedule = schedules.schedule(
+            &key,
             options.schedule,
             options.initial_draft_tokens,
             options.max_draft_tokens,
@@ -80,10 +92,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
 
     /// How this round validates, given what the caches can do.
     fn validation(&self) -> ValidationMode {
-        match self.options.validation {
-            _ if !self.session.caches.can_speculate() => ValidationMode::Serial,
-            other => other,
-        }
+        validation_for(&self.options, self.session)
     }
 
     /// The depth of a round that may still emit `remaining` tokens.
@@ -287,5 +296,13 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             self.session.current = next;
             self.session.emit(next);
         }
+    }
+}
+
+/// How rounds validate under `options`, given what the session's caches can do.
+fn validation_for<B: Backend>(options: &MtpOptions, session: &Session<'_, B>) -> ValidationMode {
+    match options.validation {
+        _ if !session.caches.can_speculate() => ValidationMode::Serial,
+        other => other,
     }
 }

@@ -26,7 +26,7 @@ use self::args::BenchArgs;
 use self::cost::CostModels;
 use self::measure::{deepest_draft, run_passes, timed_engine, Workload};
 use self::plan::Plan;
-use self::report::{Context, Report, Setup};
+use self::report::{Context, ControllerReport, Report, Setup};
 use self::timed::{ModelClock, TimedDrafter, TimedTarget};
 use super::backend::{with_backend, AnyBackend};
 use super::progress::load_pipeline;
@@ -119,12 +119,19 @@ fn run_on<B: Backend>(
         quick: plan.quick,
         model_clock: plan.model_clock,
     };
-    Ok(Report::build(
+    let mut report = Report::build(
         Context { plan, setup },
         &records,
         &cost,
         host::peak_rss_bytes(),
-    ))
+    );
+    report.controllers = engine
+        .schedule_memory()
+        .snapshot()
+        .into_iter()
+        .map(|(key, state)| ControllerReport { key, state })
+        .collect();
+    Ok(report)
 }
 
 /// `path` made absolute (as given when that fails), for a report read from another directory.

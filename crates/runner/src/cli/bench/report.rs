@@ -6,7 +6,7 @@ use std::time::Duration;
 use mtp_core::engine::EvalOverlap;
 use mtp_core::options::DecodeMode;
 use mtp_core::sampling::SamplerOptions;
-use mtp_core::schedule::ScheduleKind;
+use mtp_core::schedule::{ControllerSnapshot, ScheduleKey, ScheduleKind};
 use serde::Serialize;
 
 use super::cost::CostSamples;
@@ -42,6 +42,18 @@ pub struct Report {
     pub best_fixed_depth: Option<usize>,
     /// Peak resident set size of the process in bytes (`null` where unavailable).
     pub peak_rss_bytes: Option<u64>,
+    /// The adaptive schedule's learned state at the end of the run, per key (one controller
+    /// served every request of the adaptive variant, warm-up passes included).
+    pub controllers: Vec<ControllerReport>,
+}
+
+/// One adaptive controller's state at the end of the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ControllerReport {
+    /// Whose state it is (proposer, backend, decode mode, validation, overlap).
+    pub key: ScheduleKey,
+    /// What it learned.
+    pub state: ControllerSnapshot,
 }
 
 /// The run's settings.
@@ -288,6 +300,7 @@ impl Report {
             greedy_identical,
             best_fixed_depth: best.map(|(k, _)| k),
             peak_rss_bytes,
+            controllers: Vec::new(),
         }
     }
 }

@@ -101,6 +101,7 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(s, "  {:<14} {}", v.name, cells.join(" "));
     }
     round_lines(&mut s, r);
+    controller_lines(&mut s, r);
     let twins: Vec<&VariantReport> = r
         .variants
         .iter()
@@ -169,6 +170,36 @@ fn round_lines(s: &mut String, r: &Report) {
             v.name,
             cells.join(" "),
             v.capped_rounds
+        );
+    }
+}
+
+/// What each adaptive controller learned by the end of the run.
+fn controller_lines(s: &mut String, r: &Report) {
+    for c in &r.controllers {
+        let rates: Vec<String> = c
+            .state
+            .acceptance
+            .iter()
+            .map(|a| format!("{a:.2}"))
+            .collect();
+        let costs: Vec<String> = c
+            .state
+            .cost_secs
+            .iter()
+            .map(|x| opt(x.map(|x| x * 1e3), 2))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\nadaptive controller ({}, {:?}): next depth {}, frontier {}, probe every {}\n  \
+             acceptance a_j  {}\n  round ms by depth {}",
+            c.key.proposer,
+            c.key.mode,
+            c.state.planned,
+            c.state.frontier,
+            c.state.probe_interval,
+            rates.join(" "),
+            costs.join(" ")
         );
     }
 }
