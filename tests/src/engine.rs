@@ -15,7 +15,7 @@ use crate::error::{backend_err, reference_err, SuiteError};
 use crate::tolerance::Tolerance;
 
 /// The model configurations of the engine cases: `(target, drafter)`.
-fn models() -> Vec<(TinyConfig, TinyDrafterConfig)> {
+pub(crate) fn models() -> Vec<(TinyConfig, TinyDrafterConfig)> {
     let mut out = Vec::new();
     for seed in 0..4 {
         out.push((

@@ -32,6 +32,7 @@
 //! | [`ops::errors`] | invalid inputs return `Err` (no panic) |
 //! | [`caches`] | speculation rollback and fork isolation of the KV caches |
 //! | [`engine`] | greedy MTP == plain greedy; tokens and logits match the reference |
+//! | [`proposers`] | drafters right a known share: exact accepted counts; prompt lookup == plain |
 //!
 //! The machinery: [`inputs`] (random host data, built contiguous or as transposed / sliced
 //! views), [`op`] (the op catalogue applied to either backend), [`harness`] (run and compare),
@@ -44,6 +45,7 @@ pub mod harness;
 pub mod inputs;
 pub mod op;
 pub mod ops;
+pub mod proposers;
 mod suite;
 pub mod tolerance;
 
@@ -60,4 +62,5 @@ pub mod cases {
     pub use crate::ops::{
         creation, elementwise, errors, fused, hooks, indexing, linalg, reduce, shape,
     };
+    pub use crate::proposers;
 }

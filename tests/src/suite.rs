@@ -60,6 +60,7 @@ macro_rules! conformance_suite {
             engine: [
                 greedy_mtp_matches_plain, greedy_tokens_match_reference, logits_match_reference,
             ],
+            proposers: [scripted_share_is_accepted, prompt_lookup_matches_plain],
         }
     };
 }

@@ -3,8 +3,11 @@
 
 Each case writes, under ``<out>/<case>/``:
 
-    target/config.json          Gemma4TextConfig of a tiny random Gemma4ForCausalLM (text only)
-    target/model.safetensors    its weights (f32, save_pretrained)
+    target/config.json          Gemma4TextConfig of a tiny random Gemma4ForCausalLM (text only), or for the
+                                published-layout cases (`mm_*`, see `layout`) the Gemma4Config of a
+                                Gemma4ForConditionalGeneration (text_config + vision/audio towers)
+    target/model.safetensors    its weights (f32, save_pretrained); bf16 shards + model.safetensors.index.json
+                                for `mm_e2b_bf16_sharded`
     target/tokenizer.json       a WordLevel tokenizer over the fixture vocabulary (see `write_tokenizer`)
     target/tokenizer_config.json  add_bos_token false, special tokens, a Gemma-style chat template
     assistant/config.json       Gemma4AssistantConfig of a tiny random Gemma4AssistantForCausalLM
@@ -25,6 +28,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -44,8 +48,12 @@ from safetensors.torch import save_file  # noqa: E402
 from transformers import (  # noqa: E402
     Gemma4AssistantConfig,
     Gemma4AssistantForCausalLM,
+    Gemma4AudioConfig,
+    Gemma4Config,
     Gemma4ForCausalLM,
+    Gemma4ForConditionalGeneration,
     Gemma4TextConfig,
+    Gemma4VisionConfig,
 )
 from transformers.generation import candidate_generator as hf_candidate_generator  # noqa: E402
 
@@ -97,6 +105,45 @@ DEFAULT_ROPE_BOTH = {
 #   the target automatically (see `assistant_text_config`), the rest is set here.
 # `assistant`: extra Gemma4AssistantConfig kwargs (ordered embeddings / centroids).
 # --------------------------------------------------------------------------------------------
+# Text models shared by a text-only case and its published-layout twin.
+E2B_LIKE_TARGET = dict(
+    vocab_size=128,
+    hidden_size=48,
+    intermediate_size=64,
+    num_hidden_layers=4,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    global_head_dim=32,
+    sliding_window=8,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    rope_parameters=PROPORTIONAL_ROPE,
+    hidden_size_per_layer_input=8,
+    vocab_size_per_layer_input=128,
+    num_kv_shared_layers=2,
+    use_double_wide_mlp=True,
+    final_logit_softcapping=30.0,
+)
+
+K_EQ_V_TARGET = dict(
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    global_head_dim=32,
+    num_global_key_value_heads=1,
+    attention_k_eq_v=True,
+    sliding_window=6,
+    layer_types=["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+    rope_parameters=PROPORTIONAL_ROPE,
+    hidden_size_per_layer_input=0,
+    vocab_size_per_layer_input=0,
+    final_logit_softcapping=None,
+)
+
 CASES: dict[str, dict] = {
     "swa_basic": {
         "seed": 1001,
@@ -200,24 +247,7 @@ CASES: dict[str, dict] = {
         "prompt_len": 21,
         "max_new_tokens": 40,
         "draft_steps": 4,
-        "target": dict(
-            vocab_size=128,
-            hidden_size=48,
-            intermediate_size=64,
-            num_hidden_layers=4,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            global_head_dim=32,
-            sliding_window=8,
-            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
-            rope_parameters=PROPORTIONAL_ROPE,
-            hidden_size_per_layer_input=8,
-            vocab_size_per_layer_input=128,
-            num_kv_shared_layers=2,
-            use_double_wide_mlp=True,
-            final_logit_softcapping=30.0,
-        ),
+        "target": E2B_LIKE_TARGET,
         "assistant_text": dict(
             hidden_size=32,
             intermediate_size=64,
@@ -245,24 +275,7 @@ CASES: dict[str, dict] = {
         "prompt_len": 19,
         "max_new_tokens": 40,
         "draft_steps": 4,
-        "target": dict(
-            vocab_size=96,
-            hidden_size=64,
-            intermediate_size=96,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=16,
-            global_head_dim=32,
-            num_global_key_value_heads=1,
-            attention_k_eq_v=True,
-            sliding_window=6,
-            layer_types=["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
-            rope_parameters=PROPORTIONAL_ROPE,
-            hidden_size_per_layer_input=0,
-            vocab_size_per_layer_input=0,
-            final_logit_softcapping=None,
-        ),
+        "target": K_EQ_V_TARGET,
         "assistant_text": dict(
             hidden_size=32,
             intermediate_size=48,
@@ -271,6 +284,139 @@ CASES: dict[str, dict] = {
             layer_types=["sliding_attention", "sliding_attention", "full_attention"],
         ),
         "assistant": dict(use_ordered_embeddings=False),
+    },
+
+    # ---- The layouts Google publishes: Gemma4ForConditionalGeneration (model_type "gemma4") with the
+    # text model under model.language_model.* and the towers in the same files. `layout` says how the
+    # target is built and written (see `build_target` / `save_target`).
+    "mm_e2b": {
+        "seed": 5005,
+        "layout": {"multimodal": True, "vision": True, "audio": True, "published_shared_kv": True},
+        "features": [
+            "multimodal_wrapper_gemma4",
+            "vision_and_audio_towers_present",
+            "kv_shared_layer_projections_present_in_files",
+            "per_layer_input_embeddings_ple",
+            "kv_shared_layers",
+            "double_wide_mlp_on_kv_shared_layers",
+            "assistant_ordered_embeddings_centroids",
+        ],
+        "notes": "Laid out like google/gemma-4-E2B-it: a Gemma4ForConditionalGeneration (text model as in e2b_like, "
+        "tiny vision and audio towers with their embedders) written by save_pretrained; then, as in the published "
+        "files, k_proj/v_proj/k_norm tensors for the KV-shared layers are added (HF ignores them on load: the "
+        "script reloads the directory with from_pretrained and checks the logits are unchanged).",
+        "prompt_len": 21,
+        "max_new_tokens": 40,
+        "draft_steps": 4,
+        "target": E2B_LIKE_TARGET,
+        "assistant_text": dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+        "assistant": dict(use_ordered_embeddings=True, num_centroids=8, centroid_intermediate_top_k=2),
+    },
+    "mm_31b_dense": {
+        "seed": 6006,
+        "layout": {"multimodal": True, "vision": True, "audio": False},
+        "features": [
+            "multimodal_wrapper_gemma4",
+            "vision_tower_present",
+            "attention_k_eq_v",
+            "num_global_key_value_heads",
+            "use_bidirectional_attention_vision",
+        ],
+        "notes": "Laid out like google/gemma-4-31B-it: Gemma4ForConditionalGeneration with a vision tower only, a dense "
+        "text model whose full layers use their keys as values (attention_k_eq_v, 1 global KV head).",
+        "prompt_len": 19,
+        "max_new_tokens": 40,
+        "draft_steps": 4,
+        "target": {**K_EQ_V_TARGET, "use_bidirectional_attention": "vision", "final_logit_softcapping": 30.0},
+        "assistant_text": dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+        "assistant": dict(use_ordered_embeddings=False),
+    },
+    "mm_26b_moe": {
+        "seed": 7007,
+        "layout": {"multimodal": True, "vision": True, "audio": False, "decisive_router": True},
+        "features": [
+            "multimodal_wrapper_gemma4",
+            "vision_tower_present",
+            "enable_moe_block",
+            "router_top_k_experts",
+            "dense_mlp_beside_experts",
+            "attention_k_eq_v",
+        ],
+        "notes": "Laid out like google/gemma-4-26B-A4B-it: every layer has the dense MLP and, beside it, a router "
+        "choosing the top 2 of 8 experts (moe_intermediate_size 16). The router projection is scaled up (x 40) and "
+        "its scales perturbed so that routing is decisive (default init routes almost uniformly, where float "
+        "rounding alone could flip an expert).",
+        "prompt_len": 19,
+        "max_new_tokens": 40,
+        "draft_steps": 4,
+        "target": dict(
+            vocab_size=96,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=3,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            global_head_dim=32,
+            num_global_key_value_heads=1,
+            attention_k_eq_v=True,
+            sliding_window=6,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            rope_parameters=PROPORTIONAL_ROPE,
+            hidden_size_per_layer_input=0,
+            vocab_size_per_layer_input=0,
+            enable_moe_block=True,
+            num_experts=8,
+            top_k_experts=2,
+            moe_intermediate_size=16,
+            final_logit_softcapping=30.0,
+        ),
+        "assistant_text": dict(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+        "assistant": dict(use_ordered_embeddings=False),
+    },
+    "mm_e2b_bf16_sharded": {
+        "seed": 8008,
+        "layout": {"multimodal": True, "vision": True, "audio": True, "bf16": True, "max_shard_size": "100KB"},
+        "features": [
+            "multimodal_wrapper_gemma4",
+            "bf16_weights",
+            "sharded_safetensors_index",
+            "per_layer_input_embeddings_ple",
+            "kv_shared_layers",
+        ],
+        "notes": "The mm_e2b shape stored as published: bf16 weights, sharded by save_pretrained into several files "
+        "with model.safetensors.index.json. The reference is computed in float32 from the bf16-rounded weights "
+        "(bf16 -> f32 is exact), so an f32 implementation reading these files must match it to f32 precision.",
+        "prompt_len": 21,
+        "max_new_tokens": 40,
+        "draft_steps": 4,
+        "target": E2B_LIKE_TARGET,
+        "assistant_text": dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+        "assistant": dict(use_ordered_embeddings=True, num_centroids=8, centroid_intermediate_top_k=2),
     },
 }
 
@@ -336,14 +482,65 @@ def perturb_scales(model: torch.nn.Module, gen: torch.Generator) -> None:
             tensor.data.mul_(1.0 + 0.1 * noise)
 
 
+# Tiny towers: present in the files (as in the published checkpoints), never used by a text prompt.
+TINY_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                   num_key_value_heads=2, head_dim=8, position_embedding_size=64, patch_size=4,
+                   pooling_kernel_size=2)
+TINY_AUDIO = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, subsampling_conv_channels=[4, 4],
+                  output_proj_dims=16)
+# Multimodal placeholder ids beyond the vocabulary: a text prompt (or a generated token) never matches them, so
+# the wrapper's forward is exactly the text model's.
+MULTIMODAL_TOKEN_IDS = dict(image_token_id=1000, boi_token_id=1001, eoi_token_id=1002, video_token_id=1003,
+                            boa_token_id=1004, eoa_token_index=1005, audio_token_id=1006)
+
+
+def multimodal_config(case: dict) -> Gemma4Config:
+    layout = case["layout"]
+    return Gemma4Config(
+        text_config=target_config(case),
+        vision_config=Gemma4VisionConfig(**TINY_VISION) if layout.get("vision") else None,
+        audio_config=Gemma4AudioConfig(**TINY_AUDIO) if layout.get("audio") else None,
+        **MULTIMODAL_TOKEN_IDS,
+    )
+
+
+def text_config_of(model) -> Gemma4TextConfig:
+    return model.config.get_text_config()
+
+
+def build_target(case: dict):
+    if case.get("layout", {}).get("multimodal"):
+        return Gemma4ForConditionalGeneration(multimodal_config(case)).float().eval()
+    return Gemma4ForCausalLM(target_config(case)).float().eval()
+
+
+def make_router_decisive(model: torch.nn.Module, gen: torch.Generator) -> None:
+    """Scale every router projection by 40 and perturb the router's `scale` and `per_expert_scale` (default
+    init: ones) by 1 + 0.1 * N(0, 1), so that routing is decisive and every scale is exercised."""
+    for name, tensor in sorted(model.state_dict(keep_vars=True).items()):
+        if name.endswith("router.proj.weight"):
+            tensor.data.mul_(40.0)
+        elif name.endswith("router.scale") or name.endswith("router.per_expert_scale"):
+            noise = torch.randn(tensor.shape, generator=gen, dtype=torch.float32)
+            tensor.data.mul_(1.0 + 0.1 * noise)
+
+
 def build_models(case: dict):
     torch.manual_seed(case["seed"])
-    target = Gemma4ForCausalLM(target_config(case)).float().eval()
+    target = build_target(case)
     assistant = Gemma4AssistantForCausalLM(assistant_config(case)).float().eval()
 
     gen = torch.Generator().manual_seed(case["seed"] + 17)
     perturb_scales(target, gen)
     perturb_scales(assistant, gen)
+    layout = case.get("layout", {})
+    if layout.get("decisive_router"):
+        make_router_decisive(target, gen)
+    if layout.get("bf16"):
+        # The weights as they will be stored: the reference is computed from exactly these values.
+        for tensor in target.state_dict(keep_vars=True).values():
+            if tensor.dtype == torch.float32:
+                tensor.data.copy_(tensor.data.to(torch.bfloat16).to(torch.float32))
     if assistant.config.use_ordered_embeddings:
         # Default init leaves `token_ordering` all zeros (every centroid maps to token 0), which makes
         # the drafter emit token 0 forever. Real checkpoints ship a permutation of the vocab.
@@ -498,7 +695,7 @@ TRACE_COLUMNS = ["round", "step", "position_id", "kv_len_sliding", "kv_len_full"
 def trace_assistant_calls(target, rec: AssistedRecorder, h: int) -> torch.Tensor:
     """One row per assistant forward during assisted generate(), columns TRACE_COLUMNS. `round` indexes
     `assisted_accepted` / `assisted_drafted` (round 0 is the prefill round, which drafts nothing)."""
-    table = target.get_input_embeddings()(torch.arange(target.config.vocab_size))  # scaled embeddings
+    table = target.get_input_embeddings()(torch.arange(text_config_of(target).vocab_size))  # scaled embeddings
     rows, i = [], 0
     for rnd, n in enumerate(rec.rounds_drafted):
         for step in range(n):
@@ -548,7 +745,8 @@ def compute_case(name: str, case: dict, out_dir: Path) -> dict:
     hidden_states = torch.stack([h[0] for h in tout.hidden_states])  # [L+1, T, H]
     target_last_hidden = hidden_states[-1]
     # hidden_states[-1] is the *final-normed* output (== model.model(...).last_hidden_state).
-    base = target.model(input_ids=prompt.unsqueeze(0), use_cache=False)
+    text_model = target.model.language_model if case.get("layout", {}).get("multimodal") else target.model
+    base = text_model(input_ids=prompt.unsqueeze(0), use_cache=False)
     assert torch.equal(base.last_hidden_state[0], target_last_hidden), "hidden_states[-1] != normed output"
 
     # 2. Plain greedy.
@@ -627,20 +825,20 @@ def compute_case(name: str, case: dict, out_dir: Path) -> dict:
     case_dir = out_dir / name
     if case_dir.exists():
         shutil.rmtree(case_dir)
-    save_model(target, case_dir / "target")
+    save_target(target, case, case_dir / "target", prompt, target_logits)
     save_model(assistant, case_dir / "assistant")
     prompt_text = write_tokenizer(case_dir / "target", V, prompt.tolist(), greedy.tolist())
     save_file(tensors, str(case_dir / "reference.safetensors"), metadata={"format": "pt"})
     # (a single metadata key on purpose: safetensors writes a multi-key metadata map in random order)
 
-    tcfg = target.config
+    tcfg = text_config_of(target)
     acfg = assistant.config.get_text_config()
     info = {
         "case": name,
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__.split("+")[0],
         "seed": case["seed"],
-        "dtype": "float32",
+        "dtype": "bfloat16 (reference computed in float32)" if case.get("layout", {}).get("bf16") else "float32",
         "attn_implementation": tcfg._attn_implementation,
         "features": case["features"],
         "notes": case["notes"],
@@ -674,6 +872,9 @@ def compute_case(name: str, case: dict, out_dir: Path) -> dict:
         "reference_tensors": {k: {"dtype": str(v.dtype).replace("torch.", ""), "shape": list(v.shape)}
                               for k, v in sorted(tensors.items())},
     }
+    if "layout" in case:  # (only for the published-layout cases: the older files stay byte-identical)
+        info["layout"] = case["layout"]
+        info["target_architecture"] = type(target).__name__
     (case_dir / "reference.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
 
@@ -758,6 +959,64 @@ def save_model(model, path: Path) -> None:
         if f.name not in ("config.json", "model.safetensors"):
             f.unlink()
     assert (path / "model.safetensors").is_file() and (path / "config.json").is_file()
+
+
+def kv_shared_layers(model) -> list[int]:
+    cfg = text_config_of(model)
+    return [i for i, mode in enumerate(cfg.kv_sharing_modes) if mode == "reuse"]
+
+
+def add_published_shared_kv(path: Path, model, gen: torch.Generator) -> list[str]:
+    """Add k_proj / v_proj / k_norm weights for the KV-shared layers to `path`/model.safetensors, as the
+    published E2B/E4B files carry them (HF has no such modules and skips the keys on load). Returns the names."""
+    from safetensors.torch import load_file
+
+    cfg = text_config_of(model)
+    tensors = load_file(str(path / "model.safetensors"))
+    added = []
+    for i in kv_shared_layers(model):
+        hd = cfg.per_layer_config[i].head_dim
+        kvh = cfg.per_layer_config[i].num_key_value_heads
+        prefix = f"model.language_model.layers.{i}.self_attn"
+        for name, shape in (("k_proj", (kvh * hd, cfg.hidden_size)), ("v_proj", (kvh * hd, cfg.hidden_size)),
+                            ("k_norm", (hd,))):
+            key = f"{prefix}.{name}.weight"
+            assert key not in tensors
+            tensors[key] = torch.randn(shape, generator=gen, dtype=torch.float32)
+            added.append(key)
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return added
+
+
+def save_target(target, case: dict, path: Path, prompt: torch.Tensor, want_logits: torch.Tensor) -> None:
+    """Write the target in its case's layout, then reload it with HF's from_pretrained and check that HF
+    computes the same logits from the files (the files are what HF itself would load)."""
+    layout = case.get("layout", {})
+    if not layout.get("multimodal"):
+        save_model(target, path)
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    # A copy: `Module.to` converts in place, buffers (RoPE tables) included.
+    model = copy.deepcopy(target).to(torch.bfloat16) if layout.get("bf16") else target
+    kwargs = {"max_shard_size": layout["max_shard_size"]} if "max_shard_size" in layout else {}
+    model.save_pretrained(str(path), safe_serialization=True, **kwargs)
+    keep = {"config.json", "model.safetensors", "model.safetensors.index.json"}
+    for f in sorted(path.iterdir()):
+        if f.name not in keep and not f.name.startswith("model-"):
+            f.unlink()
+    if layout.get("published_shared_kv"):
+        add_published_shared_kv(path, target, torch.Generator().manual_seed(case["seed"] + 53))
+    if "max_shard_size" in layout:
+        shards = sorted(f.name for f in path.iterdir() if f.name.startswith("model-"))
+        assert len(shards) >= 3, f"expected several shards, got {shards}"
+        assert (path / "model.safetensors.index.json").is_file()
+    reloaded = Gemma4ForConditionalGeneration.from_pretrained(str(path), dtype=torch.float32).eval()
+    got = reloaded(input_ids=prompt.unsqueeze(0), use_cache=False).logits[0].float()
+    if text_config_of(target).enable_moe_block:
+        # HF's default experts kernel (grouped_mm) rounds differently from run to run at the 1e-7 level.
+        assert torch.allclose(got, want_logits, rtol=1e-5, atol=1e-6), "HF computes other logits from the files"
+    else:
+        assert torch.equal(got, want_logits), "HF computes other logits from the written files"
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@
 //! Every required op maps onto candle tensor ops (see `README.md` for the table). Of the fused
 //! ops, `softmax` (`candle_nn::ops::softmax_last_dim`), `rms_norm` (`candle_nn::ops::rms_norm`),
 //! `rope` (`candle_nn::rotary_emb::rope`) and `gelu_tanh` (`Tensor::gelu`) use candle kernels;
-//! `attention`, `top_k` and `log_softmax` keep the trait's default bodies. The in-place cache hooks
+//! `attention`, `top_k` and `log_softmax` keep the trait's default bodies; `gather_linear` (MoE
+//! experts) runs one matmul per expert in use (`experts.rs`). The in-place cache hooks
 //! are overridden: [`Backend::write_slice`] writes into the preallocated buffer with
 //! `Tensor::slice_set`, and [`Backend::deep_copy`] copies storage with `Tensor::copy`.
 //!
@@ -52,6 +53,7 @@
 
 mod device;
 mod error;
+mod experts;
 mod fused;
 mod ops;
 #[cfg(test)]
@@ -249,5 +251,9 @@ impl Backend for CandleBackend {
 
     fn rope(&self, x: &Tensor, start: usize, inv_freq: &[f32]) -> Result<Tensor> {
         fused::rope(&self.device, x, start, inv_freq)
+    }
+
+    fn gather_linear(&self, x: &Tensor, w: &Tensor, indices: &Tensor) -> Result<Tensor> {
+        experts::gather_linear(x, w, indices)
     }
 }

@@ -588,3 +588,31 @@ fn engine_greedy_full_layers() -> TestResult {
 fn engine_greedy_default_model() -> TestResult {
     check_engine(TinyConfig::default())
 }
+
+#[test]
+fn gather_linear_routes_each_row_to_its_expert() -> TestResult {
+    // 7 rows over 4 experts: a repeated expert, an unused one, rows of one expert not adjacent.
+    let (xc, xr) = pair(&[7, 5], 91)?;
+    let (wc, wr) = pair(&[4, 3, 5], 92)?;
+    let ids = [2u32, 0, 2, 3, 0, 0, 2];
+    let ic = cb().from_u32(&ids, &[7])?;
+    let ir = rb().from_u32(&ids, &[7])?;
+    let got = cb().gather_linear(&xc, &wc, &ic)?;
+    let want = rb().gather_linear(&xr, &wr, &ir)?;
+    assert_eq!(got.dims(), [7, 3]);
+    check_rel(&got, &want, REL, "gather_linear");
+    // Row r is x[r] @ w[ids[r]]^T, written out.
+    let (x, w) = (values(35, 91), values(60, 92));
+    let rows = cb().to_vec_f32(&got)?;
+    for (r, &e) in ids.iter().enumerate() {
+        for o in 0..3 {
+            let dot: f32 = (0..5)
+                .map(|i| x[r * 5 + i] * w[e as usize * 15 + o * 5 + i])
+                .sum();
+            assert!((rows[r * 3 + o] - dot).abs() < 1e-5, "row {r} out {o}");
+        }
+    }
+    let bad = cb().from_u32(&[4, 0, 0, 0, 0, 0, 0], &[7])?;
+    assert!(cb().gather_linear(&xc, &wc, &bad).is_err());
+    Ok(())
+}

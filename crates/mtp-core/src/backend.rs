@@ -768,6 +768,46 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
         self.reshape(&out, &[b, hq, tq, dv])
     }
 
+    /// Expert-gathered linear layer (mixture of experts): row `r` of `x` (`[n, in]`) times the
+    /// transpose of expert `indices[r]` of `w` (`[experts, out, in]`), giving `[n, out]`.
+    /// `indices` is an integer array of `n` expert ids; each row may use another expert (a
+    /// verification batch routes every token to its own experts).
+    ///
+    /// The default gathers each row's expert matrix with [`embedding`](Self::embedding) and runs
+    /// one batched [`matmul`](Self::matmul): exact, but it materialises `n` expert matrices.
+    /// Backends override it with a gathered matmul kernel or a loop over the experts in use.
+    fn gather_linear(
+        &self,
+        x: &Self::Array,
+        w: &Self::Array,
+        indices: &Self::Array,
+    ) -> Result<Self::Array, Self::Error> {
+        let (x_shape, w_shape) = (self.shape(x), self.shape(w));
+        let ([n, inner], [experts, out, w_in]) = (x_shape.as_slice(), w_shape.as_slice()) else {
+            return Err(CoreError::ShapeMismatch {
+                op: "gather_linear",
+                lhs: x_shape,
+                rhs: w_shape,
+            }
+            .into());
+        };
+        let idx_count: usize = self.shape(indices).iter().product();
+        if inner != w_in || idx_count != *n {
+            return Err(CoreError::ShapeMismatch {
+                op: "gather_linear",
+                lhs: x_shape,
+                rhs: w_shape,
+            }
+            .into());
+        }
+        let table = self.reshape(w, &[*experts, out * inner])?;
+        let ids = self.reshape(indices, &[*n])?;
+        let picked = self.reshape(&self.embedding(&table, &ids)?, &[*n, *out, *inner])?;
+        let rows = self.reshape(x, &[*n, 1, *inner])?;
+        let y = self.matmul(&rows, &self.transpose(&picked, 1, 2)?)?;
+        self.reshape(&y, &[*n, *out])
+    }
+
     /// The `k` largest values along the last axis and their indices (`U32`), largest first.
     fn top_k(&self, x: &Self::Array, k: usize) -> Result<(Self::Array, Self::Array), Self::Error> {
         let shape = self.shape(x);

@@ -8,6 +8,7 @@
 //! * [`cache`] — full and sliding-window KV caches with an exact speculation transaction
 //!   (begin → write → commit(n)), isolated forks and read-only views;
 //! * [`model`] — the target and MTP drafter traits that models implement once over a backend;
+//! * [`proposer`] — where drafts come from: an MTP head chain, n-gram prompt lookup;
 //! * [`sampling`] — the sampler (temperature, top-k, top-p, min-p, penalties, seed) whose
 //!   speculative calls never mutate state;
 //! * [`acceptance`] — the verification rules of speculative decoding as pure functions;
@@ -28,6 +29,7 @@ pub mod engine;
 mod error;
 pub mod model;
 pub mod options;
+pub mod proposer;
 pub mod reference;
 pub mod sampling;
 pub mod schedule;

@@ -79,3 +79,15 @@ pub trait MtpDrafter<B: Backend> {
         target_caches: &CacheSet<B>,
     ) -> Result<DraftStep<B>, B::Error>;
 }
+
+impl<B: Backend, D: MtpDrafter<B> + ?Sized> MtpDrafter<B> for &D {
+    fn draft_step(
+        &self,
+        backend: &B,
+        input: &B::Array,
+        position: usize,
+        target_caches: &CacheSet<B>,
+    ) -> Result<DraftStep<B>, B::Error> {
+        (**self).draft_step(backend, input, position, target_caches)
+    }
+}

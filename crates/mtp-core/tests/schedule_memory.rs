@@ -48,7 +48,7 @@ fn learned_depth_carries_over_between_requests() {
     let snapshot = memory.snapshot();
     assert_eq!(snapshot.len(), 1);
     let (key, state) = &snapshot[0];
-    assert_eq!(key.proposer, "mtp-assistant");
+    assert_eq!(key.proposer, "mtp");
     assert_eq!(key.mode, DecodeMode::GreedyMtp);
     assert_eq!(key.validation, ValidationMode::Batched);
     assert!(state.frontier >= 2, "{state:?}");

@@ -12,6 +12,8 @@
 //! * [`loading`] — HF model directories (config + memory-mapped safetensors) into those models;
 //! * [`tokenizer`] — `tokenizer.json` with its special tokens, Gemma chat prompts and the
 //!   streaming [`Detokenizer`](tokenizer::Detokenizer);
+//! * [`proposers`] — what drafts: an assistant's MTP head, prompt lookup, detected from a
+//!   draft directory's `model_type` or chosen;
 //! * [`defaults`] — where the default model pair lives.
 //!
 //! Cargo features: `candle` (default) adds the candle backend (re-exported as
@@ -25,6 +27,7 @@ pub mod defaults;
 pub mod loading;
 pub mod models;
 pub mod pipeline;
+pub mod proposers;
 pub mod tokenizer;
 
 #[cfg(feature = "candle")]

@@ -4,12 +4,14 @@ use std::path::{Path, PathBuf};
 
 use mtp_core::engine::{CancelToken, Engine, GenerateRequest, Response, SinkFlow, TokenSink};
 use mtp_core::model::TargetModel;
+use mtp_core::proposer::{NgramOptions, NgramProposer};
 use mtp_core::schedule::ScheduleMemory;
 use mtp_core::Backend;
 
 use crate::defaults::ModelPaths;
-use crate::loading::{load_assistant, load_target, LoadError, LoadOptions};
-use crate::models::{Gemma4Assistant, Gemma4Target};
+use crate::loading::{LoadError, LoadOptions};
+use crate::models::registry::{load_drafter_model, load_target_model};
+use crate::models::{Gemma4Assistant, LoadedTarget};
 use crate::tokenizer::{PromptFormat, Tokenizer, TokenizerError};
 
 /// What can go wrong in a [`Pipeline`].
@@ -147,8 +149,9 @@ pub struct Generation {
 /// ```
 pub struct Pipeline<B: Backend> {
     backend: B,
-    target: Gemma4Target<B>,
+    target: LoadedTarget<B>,
     drafter: Option<Gemma4Assistant<B>>,
+    ngram: Option<NgramProposer>,
     tokenizer: Tokenizer,
     /// The adaptive schedule's state, learned across this pair's requests.
     schedules: ScheduleMemory,
@@ -159,6 +162,7 @@ impl<B: Backend> std::fmt::Debug for Pipeline<B> {
         f.debug_struct("Pipeline")
             .field("backend", &self.backend.name())
             .field("drafter", &self.drafter.is_some())
+            .field("ngram", &self.ngram.map(|n| n.options()))
             .finish()
     }
 }
@@ -198,18 +202,19 @@ impl<B: Backend> Pipeline<B> {
         progress(LoadStage::Tokenizer);
         let tokenizer = Tokenizer::from_dir(&paths.target)?;
         progress(LoadStage::Target);
-        let target = load_target(&backend, &paths.target, options).map_err(|source| {
-            PipelineError::Load {
-                role: ModelRole::Target,
-                path: paths.target.clone(),
-                source,
-            }
-        })?;
+        let (target, _) =
+            load_target_model(&backend, &paths.target, options).map_err(|source| {
+                PipelineError::Load {
+                    role: ModelRole::Target,
+                    path: paths.target.clone(),
+                    source,
+                }
+            })?;
         let drafter = match &paths.drafter {
             Some(dir) => {
                 progress(LoadStage::Drafter);
                 Some(
-                    load_assistant(&backend, dir, &target, options).map_err(|source| {
+                    load_drafter_model(&backend, dir, &target, options).map_err(|source| {
                         PipelineError::Load {
                             role: ModelRole::Drafter,
                             path: dir.clone(),
@@ -231,9 +236,22 @@ impl<B: Backend> Pipeline<B> {
             backend,
             target,
             drafter,
+            ngram: None,
             tokenizer,
             schedules: ScheduleMemory::new(),
         })
+    }
+
+    /// Draft with prompt lookup ([`NgramProposer`]) matching `options`' n-gram sizes, or not
+    /// (`None`). It drafts alone when no drafter was loaded.
+    pub fn with_ngram(mut self, options: Option<NgramOptions>) -> Self {
+        self.ngram = options.map(NgramProposer::new);
+        self
+    }
+
+    /// The prompt-lookup proposer, when on.
+    pub fn ngram(&self) -> Option<&NgramProposer> {
+        self.ngram.as_ref()
     }
 
     /// The backend the models run on.
@@ -246,8 +264,8 @@ impl<B: Backend> Pipeline<B> {
         &self.tokenizer
     }
 
-    /// The target model.
-    pub fn target(&self) -> &Gemma4Target<B> {
+    /// The target model (of the family its `model_type` is registered to).
+    pub fn target(&self) -> &LoadedTarget<B> {
         &self.target
     }
 
@@ -261,14 +279,16 @@ impl<B: Backend> Pipeline<B> {
         self.target.max_context()
     }
 
-    /// A decode engine over the target and the drafter (when loaded), keeping the adaptive
-    /// schedule's learned state in the pipeline (so it carries over between requests).
+    /// A decode engine over the target and the drafter (when loaded) or prompt lookup (when
+    /// on), keeping the adaptive schedule's learned state in the pipeline (so it carries over
+    /// between requests).
     pub fn engine(&self) -> Engine<'_, B> {
         let engine =
             Engine::new(&self.backend, &self.target).with_schedule_memory(self.schedules.clone());
-        match &self.drafter {
-            Some(drafter) => engine.with_drafter(drafter),
-            None => engine,
+        match (&self.drafter, &self.ngram) {
+            (Some(drafter), _) => engine.with_drafter(drafter),
+            (None, Some(ngram)) => engine.with_proposer(ngram),
+            (None, None) => engine,
         }
     }
 

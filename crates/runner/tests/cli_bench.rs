@@ -170,7 +170,7 @@ fn check_report(table: &str, r: &Value, backend: &str) {
     assert!(r["best_fixed_depth"].is_u64());
     let controllers = r["controllers"].as_array().expect("controllers");
     assert_eq!(controllers.len(), 1, "the adaptive variant's controller");
-    assert_eq!(controllers[0]["key"]["proposer"], "mtp-assistant");
+    assert_eq!(controllers[0]["key"]["proposer"], "mtp");
     assert!(controllers[0]["state"]["cost_secs"].is_array());
     if sync {
         assert!(r["variants"][6]["depth"].is_null());

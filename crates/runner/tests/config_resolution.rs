@@ -125,11 +125,25 @@ fn proportional_rope_matches_hf_formula() {
 
 #[test]
 fn rejected_configurations() {
+    // A MoE block needs its three sizes, consistent.
     let mut moe = small();
     moe["enable_moe_block"] = true.into();
     assert!(matches!(
+        text(moe.clone()).resolve(),
+        Err(ConfigProblem::Invalid(_))
+    ));
+    moe["num_experts"] = 4.into();
+    moe["top_k_experts"] = 2.into();
+    moe["moe_intermediate_size"] = 8.into();
+    let spec = text(moe.clone()).resolve().expect("a MoE config").moe;
+    assert_eq!(
+        spec.map(|m| (m.experts, m.top_k, m.intermediate)),
+        Some((4, 2, 8))
+    );
+    moe["top_k_experts"] = 5.into();
+    assert!(matches!(
         text(moe).resolve(),
-        Err(ConfigProblem::Unsupported(_))
+        Err(ConfigProblem::Invalid(_))
     ));
     let mut heads = small();
     heads["num_key_value_heads"] = 3.into();

@@ -239,14 +239,16 @@ fn unsupported_dtype() {
 #[test]
 fn unsupported_features_and_invalid_configs() {
     let Some(s) = scratch() else { return };
-    edit_config(&s.target, |v| v["enable_moe_block"] = true.into());
+    edit_config(&s.target, |v| v["attention_bias"] = true.into());
     let e = load_err(&s.target);
     match &e {
-        LoadError::UnsupportedFeature { feature, .. } => assert!(feature.contains("moe"), "{e}"),
+        LoadError::UnsupportedFeature { feature, .. } => {
+            assert!(feature.contains("attention_bias"), "{e}")
+        }
         other => panic!("expected UnsupportedFeature, got {other}"),
     }
     edit_config(&s.target, |v| {
-        v["enable_moe_block"] = false.into();
+        v["attention_bias"] = false.into();
         v["num_key_value_heads"] = 3.into();
     });
     let e = load_err(&s.target);
@@ -374,4 +376,143 @@ fn half_precision_weights_and_compute_dtypes() {
     }
     let e = load_target(&b, &s.target, &LoadOptions { dtype: DType::U32 }).unwrap_err();
     assert!(matches!(e, LoadError::UnsupportedFeature { .. }), "{e}");
+}
+
+/// A scratch copy of the fixture case `name` (`target/`, `assistant/`).
+fn scratch_of(name: &str) -> Scratch {
+    let case = common::fixture_root().join(name);
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("target");
+    let assistant = tmp.path().join("assistant");
+    copy_dir(&case.join("target"), &target);
+    copy_dir(&case.join("assistant"), &assistant);
+    Scratch {
+        _tmp: tmp,
+        case,
+        target,
+        assistant,
+    }
+}
+
+#[test]
+fn multimodal_config_without_text_config() {
+    let s = scratch_of("mm_e2b");
+    edit_config(&s.target, |v| {
+        v.as_object_mut().unwrap().remove("text_config");
+    });
+    match load_err(&s.target) {
+        LoadError::InvalidConfig { reason, .. } => {
+            assert!(reason.contains("text_config"), "{reason}")
+        }
+        other => panic!("expected InvalidConfig, got {other}"),
+    }
+    edit_config(&s.target, |v| v["text_config"] = "gemma".into());
+    assert!(matches!(
+        load_err(&s.target),
+        LoadError::InvalidConfig { .. }
+    ));
+    edit_config(&s.target, |v| {
+        v["text_config"] = serde_json::json!({ "model_type": "gemma3_text" })
+    });
+    assert!(matches!(
+        load_err(&s.target),
+        LoadError::UnsupportedFeature { .. }
+    ));
+}
+
+#[test]
+fn moe_config_and_expert_shapes_must_agree() {
+    let s = scratch_of("mm_26b_moe");
+    let original = std::fs::read_to_string(s.target.join("config.json")).unwrap();
+    for (key, value, says) in [
+        ("num_experts", serde_json::Value::Null, "num_experts"),
+        ("top_k_experts", 0.into(), "top_k_experts"),
+        ("top_k_experts", 9.into(), "exceeds"),
+    ] {
+        std::fs::write(s.target.join("config.json"), &original).unwrap();
+        edit_config(&s.target, |v| v["text_config"][key] = value.clone());
+        match load_err(&s.target) {
+            LoadError::InvalidConfig { reason, .. } => assert!(reason.contains(says), "{reason}"),
+            other => panic!("{key}: expected InvalidConfig, got {other}"),
+        }
+    }
+    // The config's expert width disagrees with the files' expert tensors.
+    std::fs::write(s.target.join("config.json"), &original).unwrap();
+    edit_config(&s.target, |v| {
+        v["text_config"]["moe_intermediate_size"] = 24.into()
+    });
+    match load_err(&s.target) {
+        LoadError::ShapeMismatch {
+            name,
+            expected,
+            found,
+        } => {
+            assert!(name.ends_with("experts.gate_up_proj"), "{name}");
+            assert_eq!((expected[1], found[1]), (48, 32));
+        }
+        other => panic!("expected ShapeMismatch, got {other}"),
+    }
+    // One expert tensor with fewer experts than the config.
+    std::fs::write(s.target.join("config.json"), &original).unwrap();
+    edit_weights(&s.target, |t| {
+        for x in t
+            .iter_mut()
+            .filter(|x| x.0.ends_with("layers.1.experts.down_proj"))
+        {
+            let per_expert = x.3.len() / x.2[0];
+            x.2[0] -= 1;
+            x.3.truncate(per_expert * x.2[0]);
+        }
+    });
+    match load_err(&s.target) {
+        LoadError::ShapeMismatch { name, .. } => {
+            assert!(name.ends_with("layers.1.experts.down_proj"), "{name}")
+        }
+        other => panic!("expected ShapeMismatch, got {other}"),
+    }
+}
+
+#[test]
+fn missing_or_inconsistent_shard() {
+    let s = scratch_of("mm_e2b_bf16_sharded");
+    let b = B::default();
+    load_target(&b, &s.target, &LoadOptions::default()).expect("the copy loads");
+    let shard = s.target.join("model-00002-of-00003.safetensors");
+    let bytes = std::fs::read(&shard).unwrap();
+    std::fs::remove_file(&shard).unwrap();
+    match load_err(&s.target) {
+        LoadError::MissingFile { path, reason } => {
+            assert_eq!(path, shard);
+            assert!(reason.contains("index"), "{reason}");
+        }
+        other => panic!("expected MissingFile, got {other}"),
+    }
+    // The index names a shard that does not hold the tensor.
+    std::fs::write(&shard, bytes).unwrap();
+    let index_path = s.target.join("model.safetensors.index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
+    let map = index["weight_map"].as_object_mut().unwrap();
+    let (name, file) = map
+        .iter()
+        .find(|(_, f)| f.as_str() == Some("model-00001-of-00003.safetensors"))
+        .map(|(n, f)| (n.clone(), f.clone()))
+        .unwrap();
+    assert_eq!(file, "model-00001-of-00003.safetensors");
+    map.insert(name.clone(), "model-00003-of-00003.safetensors".into());
+    std::fs::write(&index_path, index.to_string()).unwrap();
+    match load_err(&s.target) {
+        LoadError::CorruptWeights { reason, .. } => assert!(reason.contains(&name), "{reason}"),
+        other => panic!("expected CorruptWeights, got {other}"),
+    }
+    // A shard name that leaves the directory.
+    map_insert_shard(&index_path, &name, "../model-00001-of-00003.safetensors");
+    assert!(matches!(load_err(&s.target), LoadError::BadJson { .. }));
+}
+
+fn map_insert_shard(index_path: &Path, tensor: &str, file: &str) {
+    let mut index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(index_path).unwrap()).unwrap();
+    index["weight_map"][tensor] = file.into();
+    std::fs::write(index_path, index.to_string()).unwrap();
 }

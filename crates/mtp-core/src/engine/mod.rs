@@ -60,6 +60,7 @@ use crate::cache::CacheSet;
 use crate::model::{MtpDrafter, TargetModel};
 use crate::options::MtpOptions;
 use crate::options::{decode_mode, DecodeMode, DraftOverrides, DrafterPresence, LogprobsRequest};
+use crate::proposer::{MtpChain, Proposer};
 use crate::sampling::SamplerOptions;
 use crate::schedule::ScheduleMemory;
 use crate::{Backend, CoreError};
@@ -98,7 +99,8 @@ impl GenerateRequest {
     }
 }
 
-/// The decode engine for one target (and optionally one drafter) on one backend.
+/// The decode engine for one target (and optionally one proposer: an MTP drafter, prompt
+/// lookup, ...) on one backend.
 ///
 /// ```
 /// use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
@@ -131,18 +133,43 @@ impl GenerateRequest {
 pub struct Engine<'m, B: Backend> {
     backend: &'m B,
     target: &'m dyn TargetModel<B>,
-    drafter: Option<&'m dyn MtpDrafter<B>>,
+    proposer: Option<ProposerSlot<'m, B>>,
     rules: AcceptanceRules,
     env: EnvLookup,
     overlap: EvalOverlap,
     schedules: ScheduleMemory,
 }
 
+/// What the engine drafts with: borrowed, so an engine is cheap to clone and drops nothing.
+enum ProposerSlot<'m, B: Backend> {
+    /// An MTP drafter, chained as an [`MtpChain`].
+    Drafter(&'m dyn MtpDrafter<B>),
+    /// Any proposer.
+    Proposer(&'m dyn Proposer<B>),
+}
+
+impl<B: Backend> Clone for ProposerSlot<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for ProposerSlot<'_, B> {}
+
+impl<B: Backend> ProposerSlot<'_, B> {
+    fn kind(self) -> crate::proposer::ProposerKind {
+        match self {
+            ProposerSlot::Drafter(_) => crate::proposer::ProposerKind::Mtp,
+            ProposerSlot::Proposer(p) => p.kind(),
+        }
+    }
+}
+
 impl<B: Backend> std::fmt::Debug for Engine<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("backend", &self.backend.name())
-            .field("drafter", &self.drafter.is_some())
+            .field("proposer", &self.proposer.map(|p| p.kind()))
             .field("rules", &self.rules)
             .field("overlap", &self.overlap)
             .finish()
@@ -156,7 +183,7 @@ impl<'m, B: Backend> Engine<'m, B> {
         Self {
             backend,
             target,
-            drafter: None,
+            proposer: None,
             rules: AcceptanceRules::default(),
             env: Arc::new(|key| std::env::var(key).ok()),
             overlap: EvalOverlap::default(),
@@ -177,9 +204,17 @@ impl<'m, B: Backend> Engine<'m, B> {
         &self.schedules
     }
 
-    /// Use `drafter` for MTP.
+    /// Use `drafter` for MTP (as an [`MtpChain`]).
     pub fn with_drafter(mut self, drafter: &'m dyn MtpDrafter<B>) -> Self {
-        self.drafter = Some(drafter);
+        self.proposer = Some(ProposerSlot::Drafter(drafter));
+        self
+    }
+
+    /// Draft with `proposer` (an [`MtpChain`], an
+    /// [`NgramProposer`](crate::proposer::NgramProposer), ...), replacing any proposer or
+    /// drafter set before.
+    pub fn with_proposer(mut self, proposer: &'m dyn Proposer<B>) -> Self {
+        self.proposer = Some(ProposerSlot::Proposer(proposer));
         self
     }
 
@@ -224,7 +259,7 @@ impl<'m, B: Backend> Engine<'m, B> {
     }
 
     fn mode_for(&self, request: &GenerateRequest, options: &MtpOptions) -> DecodeMode {
-        let presence = match self.drafter {
+        let presence = match self.proposer {
             Some(_) => DrafterPresence::Loaded,
             None => DrafterPresence::Absent,
         };
@@ -256,17 +291,27 @@ impl<'m, B: Backend> Engine<'m, B> {
         let mode = self.mode_for(request, &options);
         let mut session =
             session::Session::new(self.backend, self.target, caches, request, sink, cancel)?;
-        match (mode, self.drafter) {
-            (DecodeMode::GreedyMtp | DecodeMode::SampledMtp, Some(drafter)) => {
+        match (mode, self.proposer) {
+            (DecodeMode::GreedyMtp | DecodeMode::SampledMtp, Some(slot)) => {
+                let chain;
+                let proposer: &dyn Proposer<B> = match slot {
+                    ProposerSlot::Drafter(drafter) => {
+                        chain = MtpChain(drafter);
+                        &chain
+                    }
+                    ProposerSlot::Proposer(proposer) => proposer,
+                };
+                let proposer = proposer.start(self.backend, &request.prompt)?;
                 let mut run = speculative::SpeculativeRun::new(
                     &mut session,
-                    drafter,
+                    proposer,
+                    &request.prompt,
                     &options,
                     self.rules,
                     mode,
                     self.overlap,
-                    &self.schedules,
-                );
+                )
+                .keep_schedule_in(&self.schedules, slot.kind().name());
                 run.run()?;
                 let stats = run.into_stats();
                 stats.trace(session.generated());

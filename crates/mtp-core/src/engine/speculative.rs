@@ -6,16 +6,20 @@ use super::overlap::EvalOverlap;
 use super::session::Session;
 use super::stats::MtpStats;
 use crate::acceptance::{AcceptanceRules, RoundEnd, Verdict};
-use crate::model::MtpDrafter;
 use crate::options::{DecodeMode, MtpOptions, ValidationMode};
+use crate::proposer::{DraftMode, ProposerRun, RoundContext};
 use crate::sampling::Distribution;
-use crate::schedule::{DraftSchedule, RoundRecord, RoundReport, ScheduleKey, ScheduleMemory};
+use crate::schedule::{
+    new_schedule, DraftSchedule, RoundRecord, RoundReport, ScheduleKey, ScheduleMemory,
+};
 use crate::Backend;
 
 /// One round's proposal.
 pub(super) struct Proposal<B: Backend> {
     /// Drafts in it.
     pub depth: usize,
+    /// The depth asked of the proposer (it may propose fewer).
+    pub requested: usize,
     /// The position it drafted at (`current`'s).
     pub position: usize,
     /// Time spent building it (and, on eager backends, computing it).
@@ -24,14 +28,16 @@ pub(super) struct Proposal<B: Backend> {
     pub tokens: B::Array,
     /// The same ids on the host, when drafting already read them (sampled mode).
     pub host: Option<Vec<u32>>,
-    /// The draft distributions (sampled mode).
+    /// The draft distributions (sampled mode; point masses for a proposer without them).
     pub dists: Vec<Distribution>,
 }
 
 /// A speculative generation in progress.
 pub(super) struct SpeculativeRun<'r, 's, B: Backend> {
     pub session: &'r mut Session<'s, B>,
-    pub drafter: &'r dyn MtpDrafter<B>,
+    pub proposer: Box<dyn ProposerRun<B> + 'r>,
+    /// The prompt and every committed token, ending with `current` (what proposers see).
+    pub history: Vec<u32>,
     pub options: MtpOptions,
     pub rules: AcceptanceRules,
     pub mode: DecodeMode,
@@ -41,28 +47,17 @@ pub(super) struct SpeculativeRun<'r, 's, B: Backend> {
     overlap: bool,
 }
 
-/// The proposer name the MTP assistant's schedule state is kept under.
-pub(super) const ASSISTANT_PROPOSER: &str = "mtp-assistant";
-
 impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
     pub fn new(
         session: &'r mut Session<'s, B>,
-        drafter: &'r dyn MtpDrafter<B>,
+        proposer: Box<dyn ProposerRun<B> + 'r>,
+        prompt: &[u32],
         options: &MtpOptions,
         rules: AcceptanceRules,
         mode: DecodeMode,
         overlap: EvalOverlap,
-        schedules: &ScheduleMemory,
     ) -> Self {
-        let key = ScheduleKey {
-            proposer: ASSISTANT_PROPOSER.to_string(),
-            backend: session.backend.name(),
-            mode,
-            validation: validation_for(options, session),
-            overlap: overlap.is_active(session.backend),
-        };
-        let schedule = schedules.schedule(
-            &key,
+        let schedule = new_schedule(
             options.schedule,
             options.initial_draft_tokens,
             options.max_draft_tokens,
@@ -75,13 +70,34 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         Self {
             overlap,
             session,
-            drafter,
+            proposer,
+            history: prompt.to_vec(),
             options: *options,
             rules,
             mode,
             schedule,
             stats,
         }
+    }
+
+    /// Keep the schedule's learned state in `schedules`, under the key of this run
+    /// (`proposer`'s name, the backend, the decode mode, the validation, the overlap): an
+    /// adaptive schedule then starts where earlier requests with the same key left off.
+    pub fn keep_schedule_in(mut self, schedules: &ScheduleMemory, proposer: &str) -> Self {
+        let key = ScheduleKey {
+            proposer: proposer.to_string(),
+            backend: self.session.backend.name(),
+            mode: self.mode,
+            validation: self.validation(),
+            overlap: self.overlap,
+        };
+        self.schedule = schedules.schedule(
+            &key,
+            self.options.schedule,
+            self.options.initial_draft_tokens,
+            self.options.max_draft_tokens,
+        );
+        self
     }
 
     pub fn into_stats(self) -> MtpStats {
@@ -92,7 +108,10 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
 
     /// How this round validates, given what the caches can do.
     fn validation(&self) -> ValidationMode {
-        validation_for(&self.options, self.session)
+        match self.options.validation {
+            _ if !self.session.caches.can_speculate() => ValidationMode::Serial,
+            other => other,
+        }
     }
 
     /// The depth of a round that may still emit `remaining` tokens.
@@ -109,6 +128,9 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
 
     pub fn run(&mut self) -> Result<(), B::Error> {
         self.session.prefill()?;
+        if !self.session.is_done() {
+            self.history.push(self.session.current);
+        }
         // Drafts for the next round, built before this round's tokens were emitted.
         let mut early: Option<Proposal<B>> = None;
         while !self.session.is_done() && !self.session.cancelled() {
@@ -119,10 +141,21 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             // Early drafts serve only the round they were built for.
             let early_drafts = early
                 .take()
-                .filter(|d| d.depth == depth && d.position == self.session.position);
-            if depth == 0 {
-                // Timed like a drafting round: up to the verdict, before emission.
+                .filter(|d| d.requested == depth && d.position == self.session.position);
+            // A round's cost includes its drafting, also when that ran before the round began.
+            let drafted = match early_drafts {
+                Some(drafts) => {
+                    let drafting = drafts.drafting;
+                    Some((drafts, drafting))
+                }
+                None if depth == 0 => None,
+                None => self.propose(depth)?.map(|p| (p, Duration::ZERO)),
+            };
+            let Some((proposal, drafted_before)) = drafted else {
+                // Nothing drafted (depth 0, or the proposer had nothing): a plain step, timed
+                // like a drafting round: up to the verdict, before emission.
                 let next = self.session.plain_token()?;
+                self.history.push(next);
                 self.end_round(RoundReport {
                     planned,
                     drafted: 0,
@@ -132,14 +165,6 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                 });
                 self.session.emit(next);
                 continue;
-            }
-            // A round's cost includes its drafting, also when that ran before the round began.
-            let (proposal, drafted_before) = match early_drafts {
-                Some(drafts) => {
-                    let drafting = drafts.drafting;
-                    (drafts, drafting)
-                }
-                None => (self.propose(depth)?, Duration::ZERO),
             };
             self.stats.draft_duration += proposal.drafting;
             let t0 = Instant::now();
@@ -160,15 +185,16 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             // Drafts after an accepted EOS were cut, not judged.
             let judged = match verdict.end {
                 RoundEnd::AcceptedEos => verdict.accepted,
-                RoundEnd::Continue => depth,
+                RoundEnd::Continue => proposal.depth,
             };
             self.end_round(RoundReport {
                 planned,
-                drafted: depth,
+                drafted: proposal.depth,
                 judged,
                 accepted: verdict.accepted,
                 elapsed: started.elapsed() + drafted_before,
             });
+            self.commit_history(&verdict, &drafts);
             // The round is committed: its tokens are emitted even if early drafting fails.
             let drafted = if self.overlap {
                 self.draft_early(&verdict, validation)
@@ -182,7 +208,9 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
     }
 
     /// Count a finished round, log it and report it to the schedule (`elapsed`: from the
-    /// round's start to its verdict, emission excluded).
+    /// round's start to its verdict, emission excluded). A round drafted below the planned
+    /// depth (the token budget, a validation that cannot draft, a proposer with fewer drafts)
+    /// is logged as capped.
     fn end_round(&mut self, report: RoundReport) {
         self.stats.record_round(report.drafted, report.accepted);
         self.stats.round_log.push(RoundRecord {
@@ -224,62 +252,90 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             return Ok(None);
         }
         self.session.current = next;
-        self.propose(depth).map(Some)
+        self.propose(depth)
     }
 
-    /// Draft `depth` tokens from `current` with the single-position chain.
-    fn propose(&mut self, depth: usize) -> Result<Proposal<B>, B::Error> {
+    /// Append a verdict's accepted drafts and its next token to the history.
+    fn commit_history(&mut self, verdict: &Verdict, drafts: &[u32]) {
+        self.history
+            .extend_from_slice(&drafts[..verdict.accepted.min(drafts.len())]);
+        if verdict.end == RoundEnd::Continue {
+            self.history.extend(verdict.next);
+        }
+    }
+
+    /// Ask the proposer for up to `depth` drafts from `current`; `None` when it has none.
+    /// Sampled rounds get the drafts on the host and a distribution per draft (point masses
+    /// for a proposer without distributions).
+    fn propose(&mut self, depth: usize) -> Result<Option<Proposal<B>>, B::Error> {
         let started = Instant::now();
         let s = &mut *self.session;
         let backend = s.backend;
         let position = s.position;
-        let mut hidden = match &s.hidden {
-            Some(h) => h.clone(),
-            None => {
-                return Err(crate::CoreError::Model("no target hidden to draft from".into()).into())
+        let mode = match self.mode {
+            DecodeMode::SampledMtp => DraftMode::Sampled,
+            _ => DraftMode::Greedy,
+        };
+        let mut round = RoundContext {
+            backend,
+            target: s.target,
+            history: &self.history,
+            current: s.current,
+            hidden: s.hidden.as_ref(),
+            position,
+            caches: &*s.caches,
+            sampler: &mut s.sampler,
+            mode,
+            overlap: self.overlap,
+        };
+        let Some(draft) = self.proposer.propose(&mut round, depth)? else {
+            return Ok(None);
+        };
+        let k = draft.len(backend);
+        if k == 0 {
+            return Ok(None);
+        }
+        if k > depth {
+            return Err(crate::CoreError::Model(format!(
+                "a proposer proposed {k} drafts for a depth of {depth}"
+            ))
+            .into());
+        }
+        let (host, dists) = match mode {
+            DraftMode::Greedy => (draft.host, Vec::new()),
+            DraftMode::Sampled => {
+                let host = match draft.host {
+                    Some(ids) => ids,
+                    None => backend.to_vec_u32(&draft.tokens)?,
+                };
+                let dists = match draft.dists {
+                    Some(dists) if dists.len() == k => dists,
+                    Some(dists) => {
+                        return Err(crate::CoreError::Model(format!(
+                            "a proposer gave {} distributions for {k} drafts",
+                            dists.len()
+                        ))
+                        .into())
+                    }
+                    None => {
+                        let vocab = s.target.vocab_size();
+                        host.iter()
+                            .map(|&id| Distribution::point(vocab, id))
+                            .collect::<Result<_, _>>()?
+                    }
+                };
+                (Some(host), dists)
             }
         };
-        let mut token = s.ids(&[s.current])?;
-        let mut arrays = Vec::with_capacity(depth);
-        let mut host = Vec::with_capacity(depth);
-        let mut dists = Vec::with_capacity(depth);
-        for _ in 0..depth {
-            let embedding = s.target.token_embeddings(backend, &token)?;
-            let input = backend.concat(&[&embedding, &hidden], 2)?;
-            let step = self
-                .drafter
-                .draft_step(backend, &input, position, s.caches)?;
-            hidden = step.projected;
-            token = match self.mode {
-                DecodeMode::SampledMtp => {
-                    let row = backend.to_vec_f32(&step.logits)?;
-                    let q = s.sampler.distribution(&row, &host)?;
-                    let id = s.sampler.sample(&q);
-                    host.push(id);
-                    dists.push(q);
-                    s.ids(&[id])?
-                }
-                _ => {
-                    let id = backend.reshape(&backend.argmax(&step.logits, 2)?, &[1, 1])?;
-                    if self.overlap {
-                        backend.async_eval(&[&id, &hidden])?;
-                    }
-                    id
-                }
-            };
-            arrays.push(token.clone());
-        }
-        let refs: Vec<&B::Array> = arrays.iter().collect();
-        let tokens = backend.concat(&refs, 1)?;
-        let host = (self.mode == DecodeMode::SampledMtp).then_some(host);
-        Ok(Proposal {
-            depth,
+        Ok(Some(Proposal {
+            depth: k,
+            requested: depth,
             position,
             drafting: started.elapsed(),
-            tokens,
+            tokens: draft.tokens,
             host,
             dists,
-        })
+        }))
     }
 
     /// Emit the accepted drafts and the next token; `next` becomes `current`.
@@ -296,13 +352,5 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             self.session.current = next;
             self.session.emit(next);
         }
-    }
-}
-
-/// How rounds validate under `options`, given what the session's caches can do.
-fn validation_for<B: Backend>(options: &MtpOptions, session: &Session<'_, B>) -> ValidationMode {
-    match options.validation {
-        _ if !session.caches.can_speculate() => ValidationMode::Serial,
-        other => other,
     }
 }

@@ -10,15 +10,20 @@
 //! * [`ScriptedDrafter`] — a drafter that proposes a known continuation, right with a chosen
 //!   probability, so tests control acceptance (accept-all runs, mismatches at any depth, EOS
 //!   among drafts).
+//! * [`HiddenKeyedDrafter`] — a scripted drafter that reads its chain position from the target
+//!   hidden it is given, so its drafts are right only when the engine conditions it on the
+//!   hidden at the last kept position;
 //! * [`SerialOnlyCache`] — a full cache that refuses speculation, to exercise serial fallback.
 //!
 //! [`Backend`]: crate::Backend
 
 mod drafters;
+mod keyed;
 mod serial_only;
 mod tiny_target;
 mod weights;
 
 pub use drafters::{ScriptedDrafter, TinyDrafter, TinyDrafterConfig};
+pub use keyed::HiddenKeyedDrafter;
 pub use serial_only::SerialOnlyCache;
 pub use tiny_target::{CacheFlavor, LayerKind, TinyConfig, TinyTarget};

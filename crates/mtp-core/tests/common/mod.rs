@@ -1,6 +1,8 @@
 //! Helpers shared by the engine tests.
 #![allow(dead_code)]
 
+pub mod chi2;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

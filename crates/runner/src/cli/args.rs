@@ -50,6 +50,9 @@ pub struct GenerateArgs {
     /// Speculative decoding.
     #[command(flatten)]
     pub draft: DraftArgs,
+    /// What proposes the drafts.
+    #[command(flatten)]
+    pub proposers: super::proposer_args::ProposerArgs,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -123,7 +126,8 @@ pub struct ModelArgs {
     /// [default: the pair in $MTP_MODEL_DIR, else models/default/ of the checkout].
     #[arg(long, visible_alias = "target", value_name = "DIR")]
     pub model: Option<PathBuf>,
-    /// Drafter (Gemma 4 assistant) directory [default: none with --model, so plain decoding;
+    /// Drafter directory; its config.json model_type says what it is (a Gemma 4 assistant
+    /// drafts as an MTP head; see --draft-kind) [default: none with --model, so plain decoding;
     /// the default pair's assistant without --model].
     #[arg(long, visible_alias = "assistant", value_name = "DIR")]
     pub draft: Option<PathBuf>,

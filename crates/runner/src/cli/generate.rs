@@ -10,6 +10,7 @@ use mtp_core::engine::{CancelToken, GenerateRequest, SinkFlow};
 use mtp_core::options::LogprobsRequest;
 use mtp_core::Backend;
 use runner::loading::LoadOptions;
+use runner::proposers::ProposerChoice;
 use runner::{ModelPaths, PromptFormat};
 
 use super::args::GenerateArgs;
@@ -26,11 +27,13 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     sampling.validate().context("invalid sampling option")?;
     let backend = AnyBackend::open(&args.model)?;
     let prompt = read_prompt(args.prompt.as_deref())?;
-    let paths = model_paths(&args)?;
+    let (paths, proposers) = model_paths(&args)?;
     let options = LoadOptions {
         dtype: args.model.dtype.into(),
     };
-    with_backend!(backend, |b| run_on(b, &args, &prompt, &paths, &options))
+    with_backend!(backend, |b| run_on(
+        b, &args, &prompt, &paths, &proposers, &options
+    ))
 }
 
 /// The prompt from the argument, else from standard input (one trailing newline dropped).
@@ -59,15 +62,23 @@ fn read_prompt(arg: Option<&str>) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// The pair of `--model`/`--draft` (or the default pair); `--no-draft` drops the drafter.
-fn model_paths(args: &GenerateArgs) -> anyhow::Result<ModelPaths> {
+/// The pair of `--model`/`--draft` (or the default pair) and the proposers of
+/// `--draft-kind` (detected from the draft directory by default); `--no-draft` drops them.
+fn model_paths(args: &GenerateArgs) -> anyhow::Result<(ModelPaths, ProposerChoice)> {
     let mut paths = args.model.paths()?;
-    if args.draft.no_draft {
-        paths.drafter = None;
-    } else if paths.drafter.is_none() {
+    let choice = if args.draft.no_draft {
+        ProposerChoice {
+            mtp: None,
+            ngram: None,
+        }
+    } else {
+        args.proposers.choice(paths.drafter.as_deref())?
+    };
+    paths.drafter = choice.mtp.clone();
+    if !args.draft.no_draft && !choice.is_speculative() {
         tracing::info!("no --draft: plain decoding with the target alone");
     }
-    Ok(paths)
+    Ok((paths, choice))
 }
 
 fn run_on<B: Backend>(
@@ -75,10 +86,11 @@ fn run_on<B: Backend>(
     args: &GenerateArgs,
     prompt: &str,
     paths: &ModelPaths,
+    proposers: &ProposerChoice,
     options: &LoadOptions,
 ) -> anyhow::Result<ExitCode> {
     let backend_name = backend.name();
-    let pipeline = load_pipeline(backend, paths, options)?;
+    let pipeline = load_pipeline(backend, paths, options)?.with_ngram(proposers.ngram);
 
     let format = if args.length.chat {
         PromptFormat::Chat

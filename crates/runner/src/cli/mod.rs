@@ -7,3 +7,4 @@ pub mod generate;
 pub mod logging;
 pub mod output;
 pub mod progress;
+pub mod proposer_args;

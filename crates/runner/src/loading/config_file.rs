@@ -5,15 +5,18 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 
 use super::error::{LoadError, LoadResult};
-use crate::models::config::{ConfigProblem, Gemma4AssistantConfig, Gemma4TextConfig, ResolvedText};
+use crate::models::config::{
+    text_config_of, ConfigProblem, Gemma4AssistantConfig, Gemma4TextConfig, ResolvedText,
+};
 
-/// The `model_type`s [`read_target_config`] accepts.
-pub const TARGET_MODEL_TYPES: [&str; 1] = ["gemma4_text"];
+/// The `model_type`s [`read_target_config`] accepts: the text-only `Gemma4ForCausalLM` layout and
+/// the multimodal `Gemma4ForConditionalGeneration` one Google publishes.
+pub const TARGET_MODEL_TYPES: [&str; 2] = ["gemma4_text", "gemma4"];
 /// The `model_type`s [`read_assistant_config`] accepts.
 pub const ASSISTANT_MODEL_TYPES: [&str; 1] = ["gemma4_assistant"];
 
-/// Parse `path` as JSON, check its `model_type`, then deserialize it as `T`.
-fn read_typed<T: DeserializeOwned>(path: &Path, accepted: &[&'static str]) -> LoadResult<T> {
+/// `config.json` as JSON and its top-level `model_type` (`""` when absent).
+pub fn read_config_json(path: &Path) -> LoadResult<(serde_json::Value, String)> {
     let text = std::fs::read_to_string(path).map_err(|e| LoadError::MissingFile {
         path: path.to_path_buf(),
         reason: e.to_string(),
@@ -28,6 +31,17 @@ fn read_typed<T: DeserializeOwned>(path: &Path, accepted: &[&'static str]) -> Lo
         .and_then(|m| m.as_str())
         .unwrap_or("")
         .to_string();
+    Ok((value, found))
+}
+
+/// Parse `path` as JSON, check its `model_type`, pick the part `select` says (the text model of
+/// a multimodal config), then deserialize it as `T`.
+fn read_typed<T: DeserializeOwned>(
+    path: &Path,
+    accepted: &[&'static str],
+    select: impl FnOnce(&str, serde_json::Value) -> Result<serde_json::Value, ConfigProblem>,
+) -> LoadResult<T> {
+    let (value, found) = read_config_json(path)?;
     if !accepted.contains(&found.as_str()) {
         return Err(LoadError::UnknownModelType {
             path: path.to_path_buf(),
@@ -35,7 +49,11 @@ fn read_typed<T: DeserializeOwned>(path: &Path, accepted: &[&'static str]) -> Lo
             expected: accepted.to_vec(),
         });
     }
-    serde_json::from_value(value).map_err(|e| bad(e.to_string()))
+    let value = select(&found, value).map_err(|p| problem(path, p))?;
+    serde_json::from_value(value).map_err(|e| LoadError::BadJson {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 fn problem(path: &Path, p: ConfigProblem) -> LoadError {
@@ -51,9 +69,9 @@ fn problem(path: &Path, p: ConfigProblem) -> LoadError {
     }
 }
 
-/// Read and resolve a target's `config.json`.
+/// Read and resolve a target's `config.json` (either layout of [`TARGET_MODEL_TYPES`]).
 pub fn read_target_config(path: &Path) -> LoadResult<ResolvedText> {
-    let config: Gemma4TextConfig = read_typed(path, &TARGET_MODEL_TYPES)?;
+    let config: Gemma4TextConfig = read_typed(path, &TARGET_MODEL_TYPES, text_config_of)?;
     let resolved = config.resolve().map_err(|p| problem(path, p))?;
     if resolved.cache_layers == 0 {
         return Err(problem(
@@ -66,7 +84,7 @@ pub fn read_target_config(path: &Path) -> LoadResult<ResolvedText> {
 
 /// Read and resolve an assistant's `config.json`.
 pub fn read_assistant_config(path: &Path) -> LoadResult<(Gemma4AssistantConfig, ResolvedText)> {
-    let config: Gemma4AssistantConfig = read_typed(path, &ASSISTANT_MODEL_TYPES)?;
+    let config: Gemma4AssistantConfig = read_typed(path, &ASSISTANT_MODEL_TYPES, |_, v| Ok(v))?;
     let resolved = config.resolve().map_err(|p| problem(path, p))?;
     Ok((config, resolved))
 }

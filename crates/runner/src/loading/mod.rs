@@ -21,6 +21,7 @@
 mod arrays;
 mod config_file;
 mod error;
+mod layout;
 pub mod tensors;
 
 use std::path::Path;
@@ -29,10 +30,12 @@ use mtp_core::{Backend, DType};
 
 pub use arrays::ArrayLoader;
 pub use config_file::{
-    read_assistant_config, read_target_config, ASSISTANT_MODEL_TYPES, TARGET_MODEL_TYPES,
+    read_assistant_config, read_config_json, read_target_config, ASSISTANT_MODEL_TYPES,
+    TARGET_MODEL_TYPES,
 };
 pub use error::{LoadError, LoadResult};
-pub use tensors::TensorStore;
+pub use layout::{TextLayout, TOWER_MODULES};
+pub use tensors::{StoreStats, TensorStore};
 
 use crate::models::{Gemma4Assistant, Gemma4Target};
 
@@ -60,21 +63,53 @@ fn check_dtype(options: &LoadOptions, dir: &Path) -> LoadResult<()> {
     }
 }
 
-/// Load a Gemma 4 text target from the HF model directory `dir`.
+/// What loading a model read from its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Where the text model was found.
+    pub layout: TextLayout,
+    /// Tensors (and bytes) read, and those skipped without reading (towers, unused KV-shared
+    /// projections).
+    pub stats: StoreStats,
+}
+
+/// Load a Gemma 4 text target from the HF model directory `dir`: the text-only
+/// `Gemma4ForCausalLM` layout or the multimodal `Gemma4ForConditionalGeneration` one (its text
+/// model; towers skipped unread), see [`TARGET_MODEL_TYPES`].
 pub fn load_target<B: Backend>(
     backend: &B,
     dir: &Path,
     options: &LoadOptions,
 ) -> LoadResult<Gemma4Target<B>> {
+    load_target_with_report(backend, dir, options).map(|(model, _)| model)
+}
+
+/// [`load_target`], also saying what was read and what was skipped.
+pub fn load_target_with_report<B: Backend>(
+    backend: &B,
+    dir: &Path,
+    options: &LoadOptions,
+) -> LoadResult<(Gemma4Target<B>, LoadReport)> {
     check_dtype(options, dir)?;
     let resolved = read_target_config(&dir.join("config.json"))?;
     let mut store = TensorStore::open(dir)?;
+    let layout = TextLayout::find(&store)?;
+    let towers = layout.skip_towers(&mut store);
     let model = {
         let mut loader = ArrayLoader::new(backend, &mut store, options.dtype);
-        Gemma4Target::load(&mut loader, resolved)?
+        Gemma4Target::load(&mut loader, resolved, &layout.prefix)?
     };
-    store.finish()?;
-    Ok(model)
+    let stats = store.finish()?;
+    tracing::debug!(
+        prefix = %layout.prefix,
+        tower_tensors = towers,
+        read_tensors = stats.read_tensors,
+        read_bytes = stats.read_bytes,
+        skipped_tensors = stats.skipped_tensors,
+        skipped_bytes = stats.skipped_bytes,
+        "loaded the target's weights (skipped tensors were never read)"
+    );
+    Ok((model, LoadReport { layout, stats }))
 }
 
 /// Load a Gemma 4 assistant from the HF model directory `dir`, for `target`.

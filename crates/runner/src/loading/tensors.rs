@@ -29,12 +29,27 @@ struct MappedFile {
     tensors: BTreeMap<String, TensorInfo>,
 }
 
+/// How much of a [`TensorStore`] a model read, and how much it skipped without reading.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Tensors whose bytes were read.
+    pub read_tensors: usize,
+    /// Bytes of the tensors read.
+    pub read_bytes: u64,
+    /// Tensors marked unused and never read (towers, unused KV-shared projections, ...).
+    pub skipped_tensors: usize,
+    /// Bytes of the skipped tensors (their pages of the memory map are never touched).
+    pub skipped_bytes: u64,
+}
+
 /// The weight files of one model directory; see the [module docs](crate::loading::tensors).
 pub struct TensorStore {
     files: Vec<MappedFile>,
     /// Tensor name → index into `files`.
     index: BTreeMap<String, usize>,
     taken: BTreeSet<String>,
+    /// Tensors read through [`TensorStore::raw`] (a subset of `taken`).
+    read: BTreeSet<String>,
 }
 
 impl std::fmt::Debug for TensorStore {
@@ -99,8 +114,8 @@ fn open_file(path: &Path) -> LoadResult<MappedFile> {
     })
 }
 
-/// The shard file names listed by a `model.safetensors.index.json`.
-fn shard_names(index_path: &Path) -> LoadResult<Vec<String>> {
+/// The `weight_map` of a `model.safetensors.index.json`: tensor name → shard file name.
+fn weight_map(index_path: &Path) -> LoadResult<BTreeMap<String, String>> {
     let text = std::fs::read_to_string(index_path).map_err(|e| LoadError::MissingFile {
         path: index_path.to_path_buf(),
         reason: e.to_string(),
@@ -113,16 +128,22 @@ fn shard_names(index_path: &Path) -> LoadResult<Vec<String>> {
     let Some(map) = value.get("weight_map").and_then(|m| m.as_object()) else {
         return Err(bad("no \"weight_map\" object".into()));
     };
-    let mut names = BTreeSet::new();
+    let mut names = BTreeMap::new();
     for (tensor, file) in map {
         match file.as_str() {
+            // A shard name is a file beside the index, never a path elsewhere.
+            Some(f) if !f.is_empty() && !f.contains(['/', '\\']) && f != ".." => {
+                names.insert(tensor.clone(), f.to_string());
+            }
             Some(f) => {
-                names.insert(f.to_string());
+                return Err(bad(format!(
+                    "weight_map entry {tensor}: bad file name {f:?}"
+                )))
             }
             None => return Err(bad(format!("weight_map entry {tensor} is not a string"))),
         }
     }
-    Ok(names.into_iter().collect())
+    Ok(names)
 }
 
 impl TensorStore {
@@ -131,20 +152,43 @@ impl TensorStore {
     pub fn open(dir: &Path) -> LoadResult<Self> {
         let single = dir.join(SINGLE_FILE);
         let index_path = dir.join(INDEX_FILE);
-        let paths = if single.is_file() {
-            vec![single]
-        } else if index_path.is_file() {
-            shard_names(&index_path)?
-                .into_iter()
-                .map(|name| dir.join(name))
-                .collect()
-        } else {
+        if single.is_file() {
+            return Self::from_files(&[single]);
+        }
+        if !index_path.is_file() {
             return Err(LoadError::MissingFile {
                 path: single,
                 reason: format!("neither {SINGLE_FILE} nor {INDEX_FILE} exists"),
             });
-        };
-        Self::from_files(&paths)
+        }
+        let map = weight_map(&index_path)?;
+        let shards: BTreeSet<&String> = map.values().collect();
+        let mut paths = Vec::with_capacity(shards.len());
+        for shard in shards {
+            let path = dir.join(shard);
+            if !path.is_file() {
+                return Err(LoadError::MissingFile {
+                    path,
+                    reason: format!(
+                        "the shard is listed by {INDEX_FILE} but absent (an incomplete download?)"
+                    ),
+                });
+            }
+            paths.push(path);
+        }
+        let store = Self::from_files(&paths)?;
+        for (tensor, shard) in &map {
+            let found = store.index.get(tensor).map(|&f| &store.files[f].path);
+            if found != Some(&dir.join(shard)) {
+                return Err(LoadError::CorruptWeights {
+                    path: index_path.clone(),
+                    reason: format!(
+                        "{INDEX_FILE} puts {tensor} in {shard}, which does not hold it"
+                    ),
+                });
+            }
+        }
+        Ok(store)
     }
 
     /// Map the given safetensors files (a tensor may appear in only one of them).
@@ -167,6 +211,7 @@ impl TensorStore {
             files,
             index,
             taken: BTreeSet::new(),
+            read: BTreeSet::new(),
         })
     }
 
@@ -188,6 +233,55 @@ impl TensorStore {
         }
     }
 
+    /// Every tensor name in the weights (sorted).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.index.keys().map(String::as_str)
+    }
+
+    /// Mark every tensor whose name starts with `prefix` as used without reading it; returns how
+    /// many there were. This is how a model ignores whole parts of a checkpoint (the vision and
+    /// audio towers of a multimodal one): their bytes stay unread in the memory map.
+    pub fn skip_prefix(&mut self, prefix: &str) -> usize {
+        let names: Vec<String> = self
+            .index
+            .range(prefix.to_string()..)
+            .take_while(|(name, _)| name.starts_with(prefix))
+            .map(|(name, _)| name.clone())
+            .collect();
+        let count = names.len();
+        self.taken.extend(names);
+        count
+    }
+
+    /// The stored byte size of `name` (0 when absent).
+    fn byte_len(&self, name: &str) -> u64 {
+        self.index
+            .get(name)
+            .and_then(|&f| self.files[f].tensors.get(name))
+            .map_or(0, |info| (info.data_offsets.1 - info.data_offsets.0) as u64)
+    }
+
+    /// What was read and what was skipped so far.
+    pub fn stats(&self) -> StoreStats {
+        let mut stats = StoreStats::default();
+        for name in &self.taken {
+            let bytes = self.byte_len(name);
+            if self.read.contains(name) {
+                stats.read_tensors += 1;
+                stats.read_bytes += bytes;
+            } else {
+                stats.skipped_tensors += 1;
+                stats.skipped_bytes += bytes;
+            }
+        }
+        stats
+    }
+
+    /// Whether the bytes of `name` were read.
+    pub fn was_read(&self, name: &str) -> bool {
+        self.read.contains(name)
+    }
+
     /// Find `name`, check its shape against `expected`, and return its dtype and raw bytes.
     fn raw(&mut self, name: &str, expected: &[usize]) -> LoadResult<(Dtype, &[u8])> {
         let Some(&file_index) = self.index.get(name) else {
@@ -197,6 +291,7 @@ impl TensorStore {
             });
         };
         self.taken.insert(name.to_string());
+        self.read.insert(name.to_string());
         let file = &self.files[file_index];
         let Some(info) = file.tensors.get(name) else {
             return Err(LoadError::MissingTensor {
@@ -278,8 +373,9 @@ impl TensorStore {
         }
     }
 
-    /// Fail with [`LoadError::UnexpectedTensor`] if some tensor was neither taken nor skipped.
-    pub fn finish(self) -> LoadResult<()> {
+    /// Fail with [`LoadError::UnexpectedTensor`] if some tensor was neither taken nor skipped;
+    /// otherwise say what was read and what was skipped.
+    pub fn finish(self) -> LoadResult<StoreStats> {
         for (name, &file) in &self.index {
             if !self.taken.contains(name) {
                 return Err(LoadError::UnexpectedTensor {
@@ -288,6 +384,6 @@ impl TensorStore {
                 });
             }
         }
-        Ok(())
+        Ok(self.stats())
     }
 }

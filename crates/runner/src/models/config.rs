@@ -6,6 +6,9 @@
 //! 1 full), the last layer forced to full attention, default `rope_parameters`, full-attention
 //! layers taking `global_head_dim` / `num_global_key_value_heads` (or the explicit
 //! `per_layer_config` that newer configs serialise), and the KV-sharing roles of each layer.
+//!
+//! A published target is a multimodal `Gemma4Config` (`model_type: "gemma4"`) whose text model is
+//! the nested `text_config`; [`text_config_of`] finds it.
 
 use std::collections::BTreeMap;
 
@@ -161,9 +164,18 @@ pub struct Gemma4TextConfig {
     /// The last this-many layers reuse the KV of earlier layers.
     #[serde(default)]
     pub num_kv_shared_layers: usize,
-    /// Mixture-of-experts blocks (unsupported).
+    /// Mixture-of-experts blocks beside the dense MLP of every layer (26B-A4B).
     #[serde(default)]
     pub enable_moe_block: bool,
+    /// Experts per MoE block (with `enable_moe_block`).
+    #[serde(default)]
+    pub num_experts: Option<usize>,
+    /// Experts each token is routed to (with `enable_moe_block`).
+    #[serde(default)]
+    pub top_k_experts: Option<usize>,
+    /// Inner width of each expert's MLP (with `enable_moe_block`).
+    #[serde(default)]
+    pub moe_intermediate_size: Option<usize>,
     /// KV-shared layers have a twice wider MLP.
     #[serde(default)]
     pub use_double_wide_mlp: bool,
@@ -248,6 +260,17 @@ pub struct LayerSpec {
     pub inv_freq: Vec<f32>,
 }
 
+/// The mixture-of-experts block of every layer (HF `Gemma4TextRouter` + `Gemma4TextExperts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeSpec {
+    /// Experts per block.
+    pub experts: usize,
+    /// Experts per token.
+    pub top_k: usize,
+    /// Inner width of one expert.
+    pub intermediate: usize,
+}
+
 /// A [`Gemma4TextConfig`] resolved into per-layer specifications.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolvedText {
@@ -259,6 +282,8 @@ pub struct ResolvedText {
     pub store_layers: BTreeMap<LayerType, usize>,
     /// Number of layers that own a cache (`num_hidden_layers - num_kv_shared_layers`).
     pub cache_layers: usize,
+    /// The mixture-of-experts block every layer has beside its MLP (`enable_moe_block`).
+    pub moe: Option<MoeSpec>,
 }
 
 /// Why a configuration cannot be built (turned into a `LoadError` with the file's path).
@@ -452,11 +477,40 @@ impl Gemma4TextConfig {
         Ok((roles, stores))
     }
 
+    /// The MoE block's shape, checked: all three sizes given, non-zero, `top_k <= experts`.
+    fn moe_spec(&self) -> Resolved<Option<MoeSpec>> {
+        if !self.enable_moe_block {
+            return Ok(None);
+        }
+        let sizes = [
+            ("num_experts", self.num_experts),
+            ("top_k_experts", self.top_k_experts),
+            ("moe_intermediate_size", self.moe_intermediate_size),
+        ];
+        let mut values = [0usize; 3];
+        for ((name, value), slot) in sizes.into_iter().zip(&mut values) {
+            match value {
+                Some(v) if v > 0 => *slot = v,
+                Some(_) => return invalid(format!("enable_moe_block with {name} 0")),
+                None => return invalid(format!("enable_moe_block without {name}")),
+            }
+        }
+        let [experts, top_k, intermediate] = values;
+        if top_k > experts {
+            return invalid(format!(
+                "top_k_experts {top_k} exceeds num_experts {experts}"
+            ));
+        }
+        Ok(Some(MoeSpec {
+            experts,
+            top_k,
+            intermediate,
+        }))
+    }
+
     /// Check the configuration and resolve every layer.
     pub fn resolve(&self) -> Resolved<ResolvedText> {
-        if self.enable_moe_block {
-            return unsupported("enable_moe_block (mixture-of-experts layers)");
-        }
+        let moe = self.moe_spec()?;
         if self.attention_bias {
             return unsupported("attention_bias");
         }
@@ -534,6 +588,7 @@ impl Gemma4TextConfig {
             layers,
             store_layers,
             cache_layers: n - self.num_kv_shared_layers.min(n),
+            moe,
         })
     }
 }
@@ -571,5 +626,28 @@ impl Gemma4AssistantConfig {
             return invalid("backbone_hidden_size is 0");
         }
         text.resolve()
+    }
+}
+
+/// The text model's configuration inside a target `config.json`: the whole file for
+/// `model_type: "gemma4_text"` (HF `Gemma4ForCausalLM`), the nested `text_config` for the
+/// multimodal `model_type: "gemma4"` (HF `Gemma4ForConditionalGeneration`; its vision and audio
+/// configs are not needed for text). `model_type` is the file's top-level type.
+pub fn text_config_of(model_type: &str, value: serde_json::Value) -> Resolved<serde_json::Value> {
+    if model_type != "gemma4" {
+        return Ok(value);
+    }
+    match value.get("text_config") {
+        Some(text) if text.is_object() => match text.get("model_type").and_then(|m| m.as_str()) {
+            None | Some("gemma4_text") => Ok(text.clone()),
+            Some(other) => unsupported(format!(
+                "a gemma4 text_config of model_type {other:?} (expected \"gemma4_text\")"
+            )),
+        },
+        Some(_) => invalid("text_config of a multimodal gemma4 config is not an object"),
+        None => invalid(
+            "a multimodal gemma4 config (Gemma4ForConditionalGeneration) without text_config: \
+             the text model's configuration is missing",
+        ),
     }
 }

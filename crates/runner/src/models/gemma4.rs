@@ -70,25 +70,34 @@ pub struct Gemma4Target<B: Backend> {
 }
 
 impl<B: Backend> Gemma4Target<B> {
-    /// Build the model from the tensors of `loader` (HF `Gemma4ForCausalLM` names).
-    pub fn load(loader: &mut ArrayLoader<'_, B>, resolved: ResolvedText) -> LoadResult<Self> {
+    /// Build the model from the tensors of `loader`: HF `Gemma4ForCausalLM` names under `prefix`
+    /// (`model.`, or `model.language_model.` in the multimodal layout; see
+    /// [`TextLayout`](crate::loading::TextLayout)).
+    pub fn load(
+        loader: &mut ArrayLoader<'_, B>,
+        resolved: ResolvedText,
+        prefix: &str,
+    ) -> LoadResult<Self> {
         let c = &resolved.config;
         let (v, h, n) = (c.vocab_size, c.hidden_size, c.num_hidden_layers);
         let eps = c.rms_norm_eps as f32;
-        let embed = loader.array("model.embed_tokens.weight", &[v, h])?;
+        let embed = loader.array(&format!("{prefix}embed_tokens.weight"), &[v, h])?;
         let embed_scale = loader.scalar("embed_scale", (h as f64).sqrt() as f32)?;
         let p = c.hidden_size_per_layer_input;
         let ple = if p > 0 {
             Some(PerLayerInputs {
                 table: loader.array(
-                    "model.embed_tokens_per_layer.weight",
+                    &format!("{prefix}embed_tokens_per_layer.weight"),
                     &[c.vocab_size_per_layer_input, n * p],
                 )?,
                 table_scale: loader.scalar("ple_scale", (p as f64).sqrt() as f32)?,
-                projection: loader.array("model.per_layer_model_projection.weight", &[n * p, h])?,
+                projection: loader.array(
+                    &format!("{prefix}per_layer_model_projection.weight"),
+                    &[n * p, h],
+                )?,
                 projection_scale: loader
                     .scalar("ple_projection_scale", (h as f64).powf(-0.5) as f32)?,
-                norm: loader.array("model.per_layer_projection_norm.weight", &[p])?,
+                norm: loader.array(&format!("{prefix}per_layer_projection_norm.weight"), &[p])?,
                 input_scale: loader.scalar("ple_input_scale", 2f64.powf(-0.5) as f32)?,
             })
         } else {
@@ -99,17 +108,18 @@ impl<B: Backend> Gemma4Target<B> {
             heads: c.num_attention_heads,
             ple: p,
             eps,
+            moe: resolved.moe,
         };
         let mut layers = Vec::with_capacity(n);
         for (i, spec) in resolved.layers.iter().enumerate() {
             layers.push(DecoderLayer::load(
                 loader,
-                &format!("model.layers.{i}"),
+                &format!("{prefix}layers.{i}"),
                 spec.clone(),
                 dims,
             )?);
         }
-        let final_norm = loader.array("model.norm.weight", &[h])?;
+        let final_norm = loader.array(&format!("{prefix}norm.weight"), &[h])?;
         let lm_head = if c.tie_word_embeddings {
             loader.store().skip("lm_head.weight");
             embed.clone()

@@ -145,6 +145,7 @@ impl<B: Backend> Gemma4Assistant<B> {
             heads: c.num_attention_heads,
             ple: 0,
             eps,
+            moe: resolved.moe,
         };
         let mut layers = Vec::with_capacity(resolved.layers.len());
         for (i, spec) in resolved.layers.iter().enumerate() {

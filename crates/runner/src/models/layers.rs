@@ -7,6 +7,7 @@
 //! a  = o_proj(attention(rope(q_norm(q_proj h)), K, V))      scale 1.0 (q/k are normed)
 //! x  = x + post_attention_layernorm(a)
 //! x  = x + post_feedforward_layernorm(down(gelu_tanh(gate h') * up h')),  h' = pre_feedforward_layernorm(x)
+//!          (with a MoE block, the MLP output is combined with the experts' first: see `moe.rs`)
 //! x  = x + post_per_layer_input_norm(per_layer_projection(gelu_tanh(per_layer_input_gate x) * ple_i))   [PLE only]
 //! x  = x * layer_scalar
 //! ```
@@ -19,7 +20,8 @@
 use mtp_core::cache::KvView;
 use mtp_core::{AttentionMask, Backend};
 
-use super::config::{KvRole, LayerSpec};
+use super::config::{KvRole, LayerSpec, MoeSpec};
+use super::moe::MoeBlock;
 use crate::loading::{ArrayLoader, LoadResult};
 
 /// Keys and values `[1, kv_heads, t, dim]` of one write.
@@ -53,6 +55,8 @@ pub(crate) struct LayerDims {
     pub ple: usize,
     /// RMS norm epsilon.
     pub eps: f32,
+    /// The mixture-of-experts block beside the MLP, when the model has one.
+    pub moe: Option<MoeSpec>,
 }
 
 /// One decoder layer's weights.
@@ -72,6 +76,7 @@ pub(crate) struct DecoderLayer<B: Backend> {
     down_proj: B::Array,
     post_feedforward_norm: B::Array,
     ple: Option<PleGate<B>>,
+    moe: Option<MoeBlock<B>>,
     layer_scalar: Option<B::Array>,
 }
 
@@ -126,6 +131,10 @@ impl<B: Backend> DecoderLayer<B> {
             None
         };
         let inter = spec.intermediate;
+        let moe = match dims.moe {
+            Some(moe) => Some(MoeBlock::load(loader, prefix, moe, h, dims.eps)?),
+            None => None,
+        };
         Ok(Self {
             input_norm: loader.array(&format!("{prefix}.input_layernorm.weight"), &[h])?,
             q_proj: loader.array(&format!("{attn}.q_proj.weight"), &[nh * hd, h])?,
@@ -142,6 +151,7 @@ impl<B: Backend> DecoderLayer<B> {
             post_feedforward_norm: loader
                 .array(&format!("{prefix}.post_feedforward_layernorm.weight"), &[h])?,
             ple,
+            moe,
             layer_scalar,
             spec,
             dims,
@@ -226,7 +236,10 @@ impl<B: Backend> DecoderLayer<B> {
         let h = b.rms_norm(&x, Some(&self.pre_feedforward_norm), eps)?;
         let gate = b.gelu_tanh(&b.linear(&h, &self.gate_proj)?)?;
         let inner = b.mul(&gate, &b.linear(&h, &self.up_proj)?)?;
-        let mlp = b.linear(&inner, &self.down_proj)?;
+        let mut mlp = b.linear(&inner, &self.down_proj)?;
+        if let Some(moe) = &self.moe {
+            mlp = moe.combine(b, &x, &mlp)?;
+        }
         let mut x = b.add(
             &x,
             &b.rms_norm(&mlp, Some(&self.post_feedforward_norm), eps)?,

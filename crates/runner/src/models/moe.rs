@@ -1,0 +1,125 @@
+//! The Gemma 4 mixture-of-experts block (26B-A4B, `enable_moe_block`), written once over
+//! [`Backend`]. It runs beside the dense MLP of every layer, exactly as HF
+//! `Gemma4TextDecoderLayer.forward` (transformers 5.24) combines them:
+//!
+//! ```text
+//! x        = the residual after attention                              [t, H]
+//! router   = rms_norm(x) * scale * H^-0.5 @ proj^T                     (norm without weight)
+//! p        = softmax(router) in f32; (w, e) = top_k(p, k); w = w / sum(w) * per_expert_scale[e]
+//! x2       = pre_feedforward_layernorm_2(x)
+//! experts  = sum_j w_j * down[e_j](gelu_tanh(gate[e_j] x2) * up[e_j] x2)  (gate/up = halves of gate_up_proj)
+//! combined = post_feedforward_layernorm_1(dense_mlp) + post_feedforward_layernorm_2(experts)
+//! ```
+//!
+//! `combined` then goes through the layer's `post_feedforward_layernorm` like the dense MLP's
+//! output does without experts. Every token of a forward (a prompt, or the `k + 1` tokens of a
+//! verification) is routed on its own: the expert matmuls go through
+//! [`Backend::gather_linear`], one expert id per row.
+
+use mtp_core::{Backend, DType, ReduceOp};
+
+use super::config::MoeSpec;
+use crate::loading::{ArrayLoader, LoadResult};
+
+/// One layer's router and experts.
+#[derive(Debug)]
+pub(crate) struct MoeBlock<B: Backend> {
+    spec: MoeSpec,
+    eps: f32,
+    /// `[E, H]`.
+    router_proj: B::Array,
+    /// `[H]`.
+    router_scale: B::Array,
+    /// `H^-0.5`.
+    router_root: B::Array,
+    /// `per_expert_scale` as a `[E, 1]` table (looked up by expert id).
+    per_expert_scale: B::Array,
+    /// `[E, 2 I, H]`: gate rows then up rows of each expert.
+    gate_up: B::Array,
+    /// `[E, H, I]`.
+    down: B::Array,
+    pre_norm_2: B::Array,
+    post_norm_1: B::Array,
+    post_norm_2: B::Array,
+}
+
+impl<B: Backend> MoeBlock<B> {
+    /// Load the block of layer `prefix` (e.g. `model.language_model.layers.3`).
+    pub fn load(
+        loader: &mut ArrayLoader<'_, B>,
+        prefix: &str,
+        spec: MoeSpec,
+        hidden: usize,
+        eps: f32,
+    ) -> LoadResult<Self> {
+        let (e, i, h) = (spec.experts, spec.intermediate, hidden);
+        let per_expert = loader.host(&format!("{prefix}.router.per_expert_scale"), &[e])?;
+        Ok(Self {
+            router_proj: loader.array(&format!("{prefix}.router.proj.weight"), &[e, h])?,
+            router_scale: loader.array(&format!("{prefix}.router.scale"), &[h])?,
+            router_root: loader.scalar("router_root", (h as f64).powf(-0.5) as f32)?,
+            per_expert_scale: loader.from_host("per_expert_scale", &per_expert, &[e, 1])?,
+            gate_up: loader.array(&format!("{prefix}.experts.gate_up_proj"), &[e, 2 * i, h])?,
+            down: loader.array(&format!("{prefix}.experts.down_proj"), &[e, h, i])?,
+            pre_norm_2: loader.array(
+                &format!("{prefix}.pre_feedforward_layernorm_2.weight"),
+                &[h],
+            )?,
+            post_norm_1: loader.array(
+                &format!("{prefix}.post_feedforward_layernorm_1.weight"),
+                &[h],
+            )?,
+            post_norm_2: loader.array(
+                &format!("{prefix}.post_feedforward_layernorm_2.weight"),
+                &[h],
+            )?,
+            spec,
+            eps,
+        })
+    }
+
+    /// The top-k experts of every token of `x` (`[1, t, H]`): ids `[t * k]` and weights
+    /// `[t * k, 1]` (compute dtype), row `r * k + j` being token `r`'s `j`-th choice.
+    fn route(&self, b: &B, x: &B::Array) -> Result<(B::Array, B::Array), B::Error> {
+        let dtype = b.dtype(x);
+        let k = self.spec.top_k;
+        let h = b.rms_norm(x, None, self.eps)?;
+        let h = b.mul(&b.mul(&h, &self.router_scale)?, &self.router_root)?;
+        let scores = b.cast(&b.linear(&h, &self.router_proj)?, DType::F32)?;
+        let rank = b.shape(&scores).len();
+        let probs = b.softmax(&scores, rank - 1)?;
+        let (top, ids) = b.top_k(&probs, k)?;
+        let top = b.div(&top, &b.reduce(&top, rank - 1, ReduceOp::Sum)?)?;
+        let t = b.shape(x)[1];
+        let ids = b.reshape(&ids, &[t * k])?;
+        let scale = b.cast(&b.embedding(&self.per_expert_scale, &ids)?, DType::F32)?;
+        let weights = b.mul(&b.reshape(&top, &[t * k, 1])?, &scale)?;
+        Ok((ids, b.cast(&weights, dtype)?))
+    }
+
+    /// `post_feedforward_layernorm_1(dense) + post_feedforward_layernorm_2(experts(x))` for the
+    /// residual `x` and the dense MLP's output `dense` (both `[1, t, H]`).
+    pub fn combine(&self, b: &B, x: &B::Array, dense: &B::Array) -> Result<B::Array, B::Error> {
+        let shape = b.shape(x);
+        let (t, h) = (shape[1], shape[2]);
+        let (k, inter) = (self.spec.top_k, self.spec.intermediate);
+        let (ids, weights) = self.route(b, x)?;
+        let x2 = b.reshape(
+            &b.rms_norm(x, Some(&self.pre_norm_2), self.eps)?,
+            &[t, 1, h],
+        )?;
+        // Row r * k + j is token r, for its j-th expert.
+        let copies: Vec<&B::Array> = std::iter::repeat_n(&x2, k).collect();
+        let rows = b.reshape(&b.concat(&copies, 1)?, &[t * k, h])?;
+        let gate_up = b.gather_linear(&rows, &self.gate_up, &ids)?;
+        let gate = b.gelu_tanh(&b.slice(&gate_up, 1, 0, inter)?)?;
+        let inner = b.mul(&gate, &b.slice(&gate_up, 1, inter, inter)?)?;
+        let out = b.mul(&b.gather_linear(&inner, &self.down, &ids)?, &weights)?;
+        let experts = b.reduce(&b.reshape(&out, &[t, k, h])?, 1, ReduceOp::Sum)?;
+        let experts = b.reshape(&experts, &[1, t, h])?;
+        b.add(
+            &b.rms_norm(dense, Some(&self.post_norm_1), self.eps)?,
+            &b.rms_norm(&experts, Some(&self.post_norm_2), self.eps)?,
+        )
+    }
+}

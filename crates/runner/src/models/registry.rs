@@ -1,0 +1,194 @@
+//! The `model_type` → model family registry: the one table the loader consults to know which
+//! family builds a checkpoint, and the family-neutral [`LoadedTarget`] a [`Pipeline`] holds.
+//!
+//! Adding a family is a folder of model code, a row per `model_type` in [`REGISTRY`], a
+//! [`Family`] and [`LoadedTarget`] variant, and its arm in [`load_target_model`].
+//!
+//! [`Pipeline`]: crate::Pipeline
+
+use std::path::Path;
+
+use mtp_core::cache::CacheSet;
+use mtp_core::model::{TargetModel, TargetOutput};
+use mtp_core::options::MtpDefaults;
+use mtp_core::Backend;
+
+use super::{Gemma4Assistant, Gemma4Target};
+use crate::loading::{
+    load_assistant, load_target_with_report, read_config_json, LoadError, LoadOptions, LoadReport,
+    LoadResult,
+};
+
+/// A model family: one folder of model code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Gemma 4 (`models/gemma4.rs`, `gemma4_assistant.rs`, `layers.rs`, `moe.rs`).
+    Gemma4,
+}
+
+/// What a checkpoint of a `model_type` is used as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// A target model (verifies drafts).
+    Target,
+    /// An MTP drafter bound to a target of its family.
+    Drafter,
+}
+
+/// One `model_type` the loader builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registration {
+    /// The `model_type` of `config.json`.
+    pub model_type: &'static str,
+    /// The HF class that writes this layout.
+    pub hf_class: &'static str,
+    /// The family whose code builds it.
+    pub family: Family,
+    /// Target or drafter.
+    pub role: Role,
+}
+
+/// Every `model_type` the loader builds.
+pub const REGISTRY: &[Registration] = &[
+    Registration {
+        model_type: "gemma4",
+        hf_class: "Gemma4ForConditionalGeneration",
+        family: Family::Gemma4,
+        role: Role::Target,
+    },
+    Registration {
+        model_type: "gemma4_text",
+        hf_class: "Gemma4ForCausalLM",
+        family: Family::Gemma4,
+        role: Role::Target,
+    },
+    Registration {
+        model_type: "gemma4_assistant",
+        hf_class: "Gemma4AssistantForCausalLM",
+        family: Family::Gemma4,
+        role: Role::Drafter,
+    },
+];
+
+/// The registration of `model_type` in `role`, if any.
+pub fn lookup(model_type: &str, role: Role) -> Option<&'static Registration> {
+    REGISTRY
+        .iter()
+        .find(|r| r.model_type == model_type && r.role == role)
+}
+
+/// The `model_type`s registered for `role`.
+pub fn model_types(role: Role) -> Vec<&'static str> {
+    REGISTRY
+        .iter()
+        .filter(|r| r.role == role)
+        .map(|r| r.model_type)
+        .collect()
+}
+
+/// The family registered for the `model_type` of `dir/config.json` in `role`.
+fn family_of(dir: &Path, role: Role) -> LoadResult<Family> {
+    let path = dir.join("config.json");
+    let (_, found) = read_config_json(&path)?;
+    match lookup(&found, role) {
+        Some(registration) => Ok(registration.family),
+        None => Err(LoadError::UnknownModelType {
+            path,
+            found,
+            expected: model_types(role),
+        }),
+    }
+}
+
+/// A loaded target of any registered family.
+#[derive(Debug)]
+pub enum LoadedTarget<B: Backend> {
+    /// A Gemma 4 target (either layout).
+    Gemma4(Gemma4Target<B>),
+}
+
+impl<B: Backend> LoadedTarget<B> {
+    /// The family of the model.
+    pub fn family(&self) -> Family {
+        match self {
+            Self::Gemma4(_) => Family::Gemma4,
+        }
+    }
+
+    /// The Gemma 4 target, when it is one.
+    pub fn as_gemma4(&self) -> Option<&Gemma4Target<B>> {
+        match self {
+            Self::Gemma4(model) => Some(model),
+        }
+    }
+
+    fn model(&self) -> &dyn TargetModel<B> {
+        match self {
+            Self::Gemma4(model) => model,
+        }
+    }
+}
+
+impl<B: Backend> TargetModel<B> for LoadedTarget<B> {
+    fn vocab_size(&self) -> usize {
+        self.model().vocab_size()
+    }
+
+    fn max_context(&self) -> usize {
+        self.model().max_context()
+    }
+
+    fn new_caches(&self, backend: &B) -> Result<CacheSet<B>, B::Error> {
+        self.model().new_caches(backend)
+    }
+
+    fn forward(
+        &self,
+        backend: &B,
+        ids: &B::Array,
+        start: usize,
+        caches: &mut CacheSet<B>,
+    ) -> Result<TargetOutput<B>, B::Error> {
+        self.model().forward(backend, ids, start, caches)
+    }
+
+    fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
+        self.model().unembed(backend, hidden)
+    }
+
+    fn token_embeddings(&self, backend: &B, ids: &B::Array) -> Result<B::Array, B::Error> {
+        self.model().token_embeddings(backend, ids)
+    }
+
+    fn mtp_defaults(&self) -> MtpDefaults {
+        self.model().mtp_defaults()
+    }
+}
+
+/// Load the target in `dir` with the family its `model_type` is registered to.
+pub fn load_target_model<B: Backend>(
+    backend: &B,
+    dir: &Path,
+    options: &LoadOptions,
+) -> LoadResult<(LoadedTarget<B>, LoadReport)> {
+    match family_of(dir, Role::Target)? {
+        Family::Gemma4 => load_target_with_report(backend, dir, options)
+            .map(|(model, report)| (LoadedTarget::Gemma4(model), report)),
+    }
+}
+
+/// Load the MTP drafter in `dir` for `target`, with the family its `model_type` is registered to
+/// (which must be the target's).
+pub fn load_drafter_model<B: Backend>(
+    backend: &B,
+    dir: &Path,
+    target: &LoadedTarget<B>,
+    options: &LoadOptions,
+) -> LoadResult<Gemma4Assistant<B>> {
+    let family = family_of(dir, Role::Drafter)?;
+    match (family, target) {
+        (Family::Gemma4, LoadedTarget::Gemma4(target)) => {
+            load_assistant(backend, dir, target, options)
+        }
+    }
+}

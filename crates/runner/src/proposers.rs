@@ -1,0 +1,211 @@
+//! Which proposer drafts for a [`Pipeline`](crate::Pipeline): the kind a draft directory holds,
+//! detected from its `config.json`, and the proposer choice of a command line or an API user.
+
+use std::path::{Path, PathBuf};
+
+use mtp_core::proposer::{NgramOptions, ProposerKind};
+
+use crate::loading::{LoadError, ASSISTANT_MODEL_TYPES, TARGET_MODEL_TYPES};
+
+/// The proposer kind of the model in `dir`, from its `config.json`'s `model_type`: an
+/// assistant (`gemma4_assistant`) is an MTP head ([`ProposerKind::Mtp`]); a causal LM the
+/// target loader builds (`gemma4_text`) is a draft model ([`ProposerKind::Model`]).
+///
+/// Errors when the file is missing or not JSON, and with [`LoadError::UnknownModelType`] for
+/// any other `model_type`.
+pub fn detect_draft_kind(dir: &Path) -> Result<ProposerKind, LoadError> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| LoadError::MissingFile {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| LoadError::BadJson {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    let found = value
+        .get("model_type")
+        .and_then(|m| m.as_str())
+        .unwrap_or("");
+    if ASSISTANT_MODEL_TYPES.contains(&found) {
+        Ok(ProposerKind::Mtp)
+    } else if TARGET_MODEL_TYPES.contains(&found) {
+        Ok(ProposerKind::Model)
+    } else {
+        Err(LoadError::UnknownModelType {
+            path,
+            found: found.to_string(),
+            expected: ASSISTANT_MODEL_TYPES
+                .iter()
+                .chain(&TARGET_MODEL_TYPES)
+                .copied()
+                .collect(),
+        })
+    }
+}
+
+/// What a generation drafts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProposerChoice {
+    /// The MTP head's directory (an assistant), if one drafts.
+    pub mtp: Option<PathBuf>,
+    /// Prompt lookup, if it drafts.
+    pub ngram: Option<NgramOptions>,
+}
+
+/// What is wrong with a proposer choice.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposerChoiceError {
+    /// An MTP head was asked for without a directory.
+    #[error("--draft-kind mtp needs an assistant directory: pass --draft DIR")]
+    MtpWithoutDirectory,
+    /// A draft model was asked for or detected; this build cannot run one yet.
+    #[error(
+        "{} holds a causal LM (a draft model); draft models are not supported yet: use an \
+         assistant (--draft-kind mtp) or prompt lookup (--draft-kind ngram)",
+        .0.display()
+    )]
+    DraftModelUnsupported(PathBuf),
+    /// `--draft-kind model` without a directory.
+    #[error("--draft-kind model needs the draft model's directory: pass --draft DIR")]
+    ModelWithoutDirectory,
+    /// The directory holds another kind than the one forced.
+    #[error("{} holds {found} weights, not {forced}", .dir.display())]
+    KindMismatch {
+        /// The directory.
+        dir: PathBuf,
+        /// The kind forced by `--draft-kind`.
+        forced: ProposerKind,
+        /// The kind its config names.
+        found: ProposerKind,
+    },
+    /// The draft directory does not exist.
+    #[error("the drafter model directory {} does not exist", .0.display())]
+    MissingDir(PathBuf),
+    /// The directory's config could not be read.
+    #[error("cannot tell what {} holds: {reason}", .dir.display())]
+    Undetectable {
+        /// The directory.
+        dir: PathBuf,
+        /// The loader's message.
+        reason: String,
+    },
+}
+
+impl ProposerChoice {
+    /// Resolve the proposers of a request: `kinds` (forced, possibly several; empty means
+    /// "detect from `draft_dir`") over the optional draft directory, with the n-gram sizes
+    /// `ngram`. No kinds and no directory means plain decoding.
+    pub fn resolve(
+        kinds: &[ProposerKind],
+        draft_dir: Option<&Path>,
+        ngram: NgramOptions,
+    ) -> Result<Self, ProposerChoiceError> {
+        let detect = |dir: &Path| {
+            if !dir.is_dir() {
+                return Err(ProposerChoiceError::MissingDir(dir.to_path_buf()));
+            }
+            detect_draft_kind(dir).map_err(|e| ProposerChoiceError::Undetectable {
+                dir: dir.to_path_buf(),
+                reason: e.to_string(),
+            })
+        };
+        let mut choice = ProposerChoice {
+            mtp: None,
+            ngram: None,
+        };
+        let wanted: Vec<ProposerKind> = match (kinds, draft_dir) {
+            ([], Some(dir)) => vec![detect(dir)?],
+            ([], None) => Vec::new(),
+            (kinds, _) => kinds.to_vec(),
+        };
+        for kind in wanted {
+            match kind {
+                ProposerKind::Ngram => choice.ngram = Some(ngram),
+                ProposerKind::Mtp => {
+                    let dir = draft_dir.ok_or(ProposerChoiceError::MtpWithoutDirectory)?;
+                    match detect(dir)? {
+                        ProposerKind::Mtp => choice.mtp = Some(dir.to_path_buf()),
+                        found => {
+                            return Err(ProposerChoiceError::KindMismatch {
+                                dir: dir.to_path_buf(),
+                                forced: kind,
+                                found,
+                            })
+                        }
+                    }
+                }
+                ProposerKind::Model => {
+                    let dir = draft_dir.ok_or(ProposerChoiceError::ModelWithoutDirectory)?;
+                    return Err(ProposerChoiceError::DraftModelUnsupported(
+                        dir.to_path_buf(),
+                    ));
+                }
+            }
+        }
+        Ok(choice)
+    }
+
+    /// Whether anything drafts.
+    pub fn is_speculative(&self) -> bool {
+        self.mtp.is_some() || self.ngram.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(case: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/gemma4")
+            .join(case)
+    }
+
+    #[test]
+    fn kinds_come_from_model_type() {
+        assert_eq!(
+            detect_draft_kind(&fixture("swa_basic/assistant")).unwrap(),
+            ProposerKind::Mtp
+        );
+        assert_eq!(
+            detect_draft_kind(&fixture("swa_basic/target")).unwrap(),
+            ProposerKind::Model
+        );
+        assert!(detect_draft_kind(&fixture("no_such_case")).is_err());
+    }
+
+    #[test]
+    fn choices_resolve() {
+        let ngram = NgramOptions::default();
+        let assistant = fixture("swa_basic/assistant");
+        let target = fixture("swa_basic/target");
+        let detected = ProposerChoice::resolve(&[], Some(&assistant), ngram).unwrap();
+        assert_eq!(detected.mtp.as_deref(), Some(assistant.as_path()));
+        assert_eq!(detected.ngram, None);
+        let lookup = ProposerChoice::resolve(&[ProposerKind::Ngram], None, ngram).unwrap();
+        assert_eq!((lookup.mtp, lookup.ngram), (None, Some(ngram)));
+        let both = ProposerChoice::resolve(
+            &[ProposerKind::Mtp, ProposerKind::Ngram],
+            Some(&assistant),
+            ngram,
+        )
+        .unwrap();
+        assert!(both.mtp.is_some() && both.ngram.is_some());
+        assert!(!ProposerChoice::resolve(&[], None, ngram)
+            .unwrap()
+            .is_speculative());
+        assert_eq!(
+            ProposerChoice::resolve(&[ProposerKind::Mtp], None, ngram),
+            Err(ProposerChoiceError::MtpWithoutDirectory)
+        );
+        assert!(matches!(
+            ProposerChoice::resolve(&[ProposerKind::Mtp], Some(&target), ngram),
+            Err(ProposerChoiceError::KindMismatch { .. })
+        ));
+        assert!(matches!(
+            ProposerChoice::resolve(&[], Some(&target), ngram),
+            Err(ProposerChoiceError::DraftModelUnsupported(_))
+        ));
+    }
+}

@@ -1,0 +1,152 @@
+//! The layouts Google publishes Gemma 4 in (HF `save_pretrained` fixtures, `mm_*` cases): the
+//! text model found inside the multimodal wrapper, towers and the unused k/v projections of
+//! KV-shared layers never read, bf16 shards, and the `model_type` registry. (Logits, greedy and
+//! MTP parity of these cases run with every other case in `fixture_target.rs` and
+//! `fixture_assistant.rs`.)
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::{fixture_root, B};
+use mtp_core::model::TargetModel;
+use runner::loading::{load_target_with_report, LoadError, LoadOptions, TOWER_MODULES};
+use runner::models::registry::{self, load_target_model, Family, Role};
+
+/// Byte size of every tensor of a safetensors file (from its header alone).
+fn tensor_sizes(path: &Path) -> BTreeMap<String, u64> {
+    let bytes = std::fs::read(path).expect("weights");
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).expect("header");
+    meta.tensors()
+        .into_iter()
+        .map(|(name, info)| {
+            let (start, end) = info.data_offsets;
+            (name, (end - start) as u64)
+        })
+        .collect()
+}
+
+fn sizes_of_dir(dir: &Path) -> BTreeMap<String, u64> {
+    let mut all = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).expect("target dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            all.extend(tensor_sizes(&path));
+        }
+    }
+    all
+}
+
+/// A tower tensor of the multimodal wrapper (`model.vision_tower.…`, …).
+fn is_tower(name: &str) -> bool {
+    TOWER_MODULES
+        .iter()
+        .any(|m| name.starts_with(&format!("model.{m}.")))
+}
+
+#[test]
+fn multimodal_e2b_reads_only_the_text_model() {
+    let dir = fixture_root().join("mm_e2b/target");
+    let (target, report) =
+        load_target_with_report(&B::default(), &dir, &LoadOptions::default()).expect("loads");
+    assert_eq!(report.layout.prefix, "model.language_model.");
+    assert_eq!(report.layout.wrapper.as_deref(), Some("model."));
+    assert_eq!(target.vocab_size(), 128);
+
+    let sizes = sizes_of_dir(&dir);
+    // The published E2B files carry k/v projections for the KV-shared layers (2 and 3 here).
+    let unused_kv: Vec<&String> = sizes
+        .keys()
+        .filter(|n| {
+            ["layers.2.", "layers.3."].iter().any(|l| n.contains(l))
+                && ["k_proj", "v_proj", "k_norm"].iter().any(|p| n.contains(p))
+        })
+        .collect();
+    assert_eq!(
+        unused_kv.len(),
+        6,
+        "the fixture carries them: {unused_kv:?}"
+    );
+    let towers: u64 = sizes
+        .iter()
+        .filter(|(n, _)| is_tower(n))
+        .map(|(_, s)| s)
+        .sum();
+    assert!(sizes.keys().any(|n| n.starts_with("model.vision_tower.")));
+    assert!(sizes.keys().any(|n| n.starts_with("model.audio_tower.")));
+    let unused: u64 = unused_kv.iter().map(|n| sizes[*n]).sum();
+    let total: u64 = sizes.values().sum();
+    let s = report.stats;
+    eprintln!(
+        "mm_e2b: read {} tensors ({} bytes), skipped {} ({} bytes: towers {towers}, unused \
+         KV-shared projections {unused}) of {total} bytes",
+        s.read_tensors, s.read_bytes, s.skipped_tensors, s.skipped_bytes
+    );
+    assert_eq!(
+        s.skipped_bytes,
+        towers + unused,
+        "exactly towers + unused k/v are skipped"
+    );
+    assert_eq!(
+        s.read_bytes + s.skipped_bytes,
+        total,
+        "every tensor accounted for"
+    );
+    assert_eq!(s.read_tensors + s.skipped_tensors, sizes.len());
+}
+
+#[test]
+fn bf16_shards_load_through_the_index() {
+    let dir = fixture_root().join("mm_e2b_bf16_sharded/target");
+    let shards = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("model-"))
+        })
+        .count();
+    assert!(shards >= 3, "several shards ({shards})");
+    let (_, report) =
+        load_target_with_report(&B::default(), &dir, &LoadOptions::default()).expect("loads");
+    let sizes = sizes_of_dir(&dir);
+    let towers: u64 = sizes
+        .iter()
+        .filter(|(n, _)| is_tower(n))
+        .map(|(_, s)| s)
+        .sum();
+    assert_eq!(report.stats.skipped_bytes, towers);
+}
+
+#[test]
+fn the_registry_builds_every_published_target_type() {
+    for (case, hf_class) in [
+        ("mm_e2b", "Gemma4ForConditionalGeneration"),
+        ("e2b_like", "Gemma4ForCausalLM"),
+    ] {
+        let dir = fixture_root().join(case).join("target");
+        let (target, _) =
+            load_target_model(&B::default(), &dir, &LoadOptions::default()).expect("loads");
+        assert_eq!(target.family(), Family::Gemma4);
+        assert!(target.as_gemma4().is_some());
+        let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let model_type = json["model_type"].as_str().unwrap();
+        let registration = registry::lookup(model_type, Role::Target).expect("registered");
+        assert_eq!(registration.hf_class, hf_class);
+        assert_eq!(json["architectures"][0], hf_class);
+    }
+    assert!(registry::lookup("gemma4_assistant", Role::Drafter).is_some());
+    assert!(registry::lookup("gemma4_assistant", Role::Target).is_none());
+    // A drafter directory is not a target.
+    let dir = fixture_root().join("mm_e2b/assistant");
+    match load_target_model(&B::default(), &dir, &LoadOptions::default()) {
+        Err(LoadError::UnknownModelType {
+            found, expected, ..
+        }) => {
+            assert_eq!(found, "gemma4_assistant");
+            assert_eq!(expected, registry::model_types(Role::Target));
+        }
+        other => panic!("expected UnknownModelType, got {other:?}"),
+    }
+}
