@@ -50,7 +50,10 @@ macro_rules! conformance_suite {
             reduce: [reduce, argmax, argsort, argsort_is_stable, cumsum],
             indexing: [embedding, take_along_axis, scatter],
             linalg: [matmul, linear],
-            fused: [softmax, log_softmax, gelu_tanh, rms_norm, rope, attention, top_k],
+            fused: [
+                softmax, log_softmax, gelu_tanh, rms_norm, rope, attention, top_k,
+                non_finite_rows,
+            ],
             hooks: [write_slice, deep_copy, eval_and_async_eval],
             errors: [
                 mismatched_shapes_are_errors, bad_axes_are_errors, fused_argument_errors,

@@ -56,6 +56,17 @@ def set_generation_defaults(model) -> None:
     gc.pad_token_id = tokenizer_mod.PAD_ID
 
 
+def set_sampling_defaults(model) -> None:
+    """The target's sampling defaults (models/README.md, "Sampling defaults"): `mtp generate`
+    and HF generate() sample with them unless told otherwise; greedy decoding of a model this
+    small loops, and at 0.6 with top-k 40 / top-p 0.9 the text stays KJV-like."""
+    gc = model.generation_config
+    gc.do_sample = True
+    gc.temperature = 0.6
+    gc.top_k = 40
+    gc.top_p = 0.9
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "models" / "default")
@@ -99,6 +110,7 @@ def main() -> int:
             lr=args.target_lr, eval_every=args.eval_every,
         )
         set_generation_defaults(target)
+        set_sampling_defaults(target)
         save_model(target, target_dir)
         tokenizer_mod.save(tok, target_dir, configs.MAX_POSITIONS)
         # What ships is bf16: measure and distil against exactly that.

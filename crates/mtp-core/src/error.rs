@@ -91,8 +91,13 @@ pub enum CoreError {
     /// The prompt is empty.
     #[error("the prompt is empty: at least one token is needed")]
     EmptyPrompt,
-    /// The prompt does not fit the model's context.
-    #[error("the prompt has {prompt} tokens but the context holds {context}")]
+    /// The prompt does not fit the model's context: one position must stay free for the first
+    /// generated token.
+    #[error(
+        "the prompt has {prompt} tokens but at most {} fit: the context holds {context} \
+         positions and one must stay free for the first generated token",
+        .context.saturating_sub(1)
+    )]
     PromptTooLong {
         /// Prompt length in tokens.
         prompt: usize,
@@ -106,6 +111,16 @@ pub enum CoreError {
         id: u32,
         /// The vocabulary size.
         vocab: usize,
+    },
+    /// The target's logits hold a NaN or +∞, or no finite value at all: no token can be chosen
+    /// (typically NaN or overflowing weights, or a half-precision overflow).
+    #[error(
+        "the target model's logits at position {position} are not finite (NaN or +inf): its \
+         weights hold NaN/inf values, or the computation overflowed (in f16, try --dtype bf16 or f32)"
+    )]
+    NonFiniteLogits {
+        /// The sequence position whose logits are not finite.
+        position: usize,
     },
     /// A model broke its contract (e.g. returned logits of the wrong shape).
     #[error("model contract: {0}")]

@@ -105,8 +105,8 @@ impl MtpOptions {
     /// to [`MAX_DRAFT_TOKENS_LIMIT`]), [`ENV_DRAFT_SCHEDULE`] (`constant`, `heuristic` or
     /// `adaptive`, any case), [`ENV_SERIAL_VALIDATE`] and [`ENV_COMPARE_SERIAL_VALIDATE`]
     /// (booleans as Go's `strconv.ParseBool`; compare-serial wins when both are true). Empty
-    /// values count as unset; an unparsable value logs a warning naming the key and value and
-    /// is ignored.
+    /// values count as unset; an unparsable value logs a warning naming the key and value (once per
+    /// process) and is ignored.
     ///
     /// Errors: an override depth of 0 is [`CoreError::InvalidOption`]; a depth above
     /// [`MAX_DRAFT_TOKENS_LIMIT`] from the environment or an override (any run of digits, also
@@ -261,10 +261,25 @@ fn env_value<T>(
         return None;
     }
     let parsed = parse(&raw);
-    if parsed.is_none() {
+    if parsed.is_none() && first_time(key, &raw) {
         tracing::warn!(key, value = %raw, "invalid MTP env setting; ignored");
     }
     parsed
+}
+
+/// Whether `key=value` is seen for the first time in this process: the options are resolved
+/// for every request (and more than once for one), and each invalid setting is worth one
+/// warning, not one per resolution.
+fn first_time(key: &str, value: &str) -> bool {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static SEEN: OnceLock<Mutex<HashSet<(String, String)>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(|| Mutex::new(HashSet::new()));
+    match seen.lock() {
+        Ok(mut set) => set.insert((key.to_string(), value.to_string())),
+        // A poisoned set only means another thread panicked while inserting: warn again.
+        Err(_) => true,
+    }
 }
 
 /// A positive decimal integer (surrounding whitespace allowed).
@@ -311,34 +326,77 @@ pub enum LogprobsRequest {
     Requested,
 }
 
-/// Chooses the decode loop as the seed does (`useGreedyMTP` / `useSampleMTP`):
+/// Why a request decodes without speculation (reported once, in the response).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpeculationOff {
+    /// MTP is disabled (by the request or by the model's defaults).
+    Disabled,
+    /// No drafter is loaded.
+    NoDrafter,
+    /// Log-probabilities were requested (as in the seed, they come from plain decoding).
+    Logprobs,
+    /// Sampling at temperature > 0 with serial or compare-serial validation: sampled
+    /// verification needs the batched, rollback-capable forward.
+    SampledNeedsBatched,
+}
+
+impl std::fmt::Display for SpeculationOff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SpeculationOff::Disabled => "MTP is disabled for this request",
+            SpeculationOff::NoDrafter => "no drafter is loaded",
+            SpeculationOff::Logprobs => "log-probabilities were requested",
+            SpeculationOff::SampledNeedsBatched => {
+                "sampling (temperature > 0) needs batched validation, and serial or \
+                 compare-serial validation was asked for"
+            }
+        })
+    }
+}
+
+/// Why `sampling` with `mtp` decodes without speculation, or `None` when it speculates: MTP
+/// disabled, no drafter, logprobs requested, or sampling at temperature > 0 with serial or
+/// compare-serial validation.
+pub fn speculation_off(
+    sampling: &SamplerOptions,
+    mtp: &MtpOptions,
+    drafter: DrafterPresence,
+    logprobs: LogprobsRequest,
+) -> Option<SpeculationOff> {
+    if !mtp.enabled {
+        Some(SpeculationOff::Disabled)
+    } else if drafter == DrafterPresence::Absent {
+        Some(SpeculationOff::NoDrafter)
+    } else if logprobs == LogprobsRequest::Requested {
+        Some(SpeculationOff::Logprobs)
+    } else if !sampling.is_greedy() && mtp.validation != ValidationMode::Batched {
+        Some(SpeculationOff::SampledNeedsBatched)
+    } else {
+        None
+    }
+}
+
+/// Chooses the decode loop (the seed's `useGreedyMTP` / `useSampleMTP`, extended to penalties):
 ///
-/// * [`DecodeMode::Plain`] when MTP is disabled, no drafter is loaded, or logprobs are
-///   requested;
-/// * [`DecodeMode::GreedyMtp`] at temperature 0 with neutral processing
-///   ([`SamplerOptions::is_neutral`]); temperature 0 with any other processing is plain;
-/// * [`DecodeMode::SampledMtp`] at temperature > 0 with batched validation; serial or
-///   compare-serial validation switches sampled MTP off (plain).
+/// * [`DecodeMode::Plain`] whenever [`speculation_off`] gives a reason;
+/// * [`DecodeMode::GreedyMtp`] at temperature 0, with any processing: top-k, top-p and min-p
+///   cannot change the argmax, and penalties are applied in verification (row `i` sees the
+///   drafts before it), so the output is exactly plain penalised greedy decoding — where the
+///   seed falls back to plain decoding;
+/// * [`DecodeMode::SampledMtp`] at temperature > 0 with batched validation.
 pub fn decode_mode(
     sampling: &SamplerOptions,
     mtp: &MtpOptions,
     drafter: DrafterPresence,
     logprobs: LogprobsRequest,
 ) -> DecodeMode {
-    if !mtp.enabled || drafter == DrafterPresence::Absent || logprobs == LogprobsRequest::Requested
-    {
-        return DecodeMode::Plain;
-    }
-    if sampling.is_greedy() {
-        if sampling.is_neutral() {
-            DecodeMode::GreedyMtp
-        } else {
-            DecodeMode::Plain
-        }
-    } else if mtp.validation == ValidationMode::Batched {
-        DecodeMode::SampledMtp
-    } else {
+    if speculation_off(sampling, mtp, drafter, logprobs).is_some() {
         DecodeMode::Plain
+    } else if sampling.is_greedy() {
+        DecodeMode::GreedyMtp
+    } else {
+        DecodeMode::SampledMtp
     }
 }
 
@@ -466,6 +524,13 @@ mod tests {
             o,
             resolve(MtpDefaults::default(), &[], DraftOverrides::default()).unwrap()
         );
+    }
+
+    #[test]
+    fn each_invalid_setting_warns_once() {
+        assert!(first_time("MTP_TEST_ONLY_KEY", "x"));
+        assert!(!first_time("MTP_TEST_ONLY_KEY", "x"));
+        assert!(first_time("MTP_TEST_ONLY_KEY", "y"));
     }
 
     #[test]
@@ -627,9 +692,13 @@ mod tests {
         assert_eq!(decode_mode(&sampled, &mtp, l, n), DecodeMode::SampledMtp);
         let penalised = SamplerOptions {
             repeat_penalty: 1.1,
+            top_k: 40,
+            top_p: 0.9,
+            min_p: 0.05,
             ..Default::default()
         };
-        assert_eq!(decode_mode(&penalised, &mtp, l, n), DecodeMode::Plain);
+        assert_eq!(decode_mode(&penalised, &mtp, l, n), DecodeMode::GreedyMtp);
+        assert_eq!(speculation_off(&penalised, &mtp, l, n), None);
         assert_eq!(
             decode_mode(&greedy, &mtp, DrafterPresence::Absent, n),
             DecodeMode::Plain
@@ -649,7 +718,23 @@ mod tests {
                 ..mtp
             };
             assert_eq!(decode_mode(&sampled, &forced, l, n), DecodeMode::Plain);
+            assert_eq!(
+                speculation_off(&sampled, &forced, l, n),
+                Some(SpeculationOff::SampledNeedsBatched)
+            );
             assert_eq!(decode_mode(&greedy, &forced, l, n), DecodeMode::GreedyMtp);
         }
+        assert_eq!(
+            speculation_off(&greedy, &off, l, n),
+            Some(SpeculationOff::Disabled)
+        );
+        assert_eq!(
+            speculation_off(&greedy, &mtp, DrafterPresence::Absent, n),
+            Some(SpeculationOff::NoDrafter)
+        );
+        assert_eq!(
+            speculation_off(&greedy, &mtp, l, LogprobsRequest::Requested),
+            Some(SpeculationOff::Logprobs)
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Property: greedy MTP emits exactly the tokens of plain greedy decode, for random tiny models,
 //! prompts, drafters, every schedule and every validation mode, with and without the evaluation
-//! overlap — and the check catches a wrong acceptance rule.
+//! overlap — with penalties too (penalised greedy, where top-k / top-p / min-p are neutral) —
+//! and the check catches a wrong acceptance rule.
 
 mod common;
 
@@ -10,7 +11,8 @@ use mtp_core::engine::{
     CancelToken, DiscardSink, DoneReason, Engine, EvalOverlap, GenerateRequest,
 };
 use mtp_core::model::{MtpDrafter, TargetModel};
-use mtp_core::options::ValidationMode;
+use mtp_core::options::{DecodeMode, ValidationMode};
+use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::testing::{LayerKind, TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget};
 use mtp_core::CoreError;
@@ -68,6 +70,11 @@ fn instance(seed: u64) -> Instance {
     if rng.random_bool(0.3) {
         request.eos = vec![rng.random_range(0..vocab)];
     }
+    // A separate stream, so the instances without penalties stay what they were.
+    let mut penalties = ChaCha8Rng::seed_from_u64(seed ^ 0x05ee_d0f9_e7a1);
+    if penalties.random_bool(0.5) {
+        request.sampling = penalised_greedy(&mut penalties);
+    }
     let drafter: Box<dyn MtpDrafter<B>> = if rng.random_bool(0.6) {
         let mut d = scripted(&target, &request, rng.random_range(0.0..1.0));
         d.seed = seed;
@@ -85,6 +92,27 @@ fn instance(seed: u64) -> Instance {
         target,
         request,
         drafter,
+    }
+}
+
+/// Greedy sampling options with random penalties (and random top-k / top-p / min-p, which
+/// cannot change a greedy choice).
+fn penalised_greedy(rng: &mut ChaCha8Rng) -> SamplerOptions {
+    // `value` with probability `p`, else 0 (off).
+    let mut pick = |p: f64, value: f32| if rng.random_bool(p) { value } else { 0.0 };
+    let presence_penalty = pick(0.4, 1.5);
+    let frequency_penalty = pick(0.4, 0.5);
+    let min_p = pick(0.5, 0.3);
+    SamplerOptions {
+        temperature: 0.0,
+        repeat_penalty: [1.0, 1.3, 2.0, 0.7][rng.random_range(0..4)],
+        presence_penalty,
+        frequency_penalty,
+        repeat_last_n: rng.random_range(1..16),
+        top_k: rng.random_range(0..4),
+        top_p: rng.random_range(0.0..1.2),
+        min_p,
+        seed: None,
     }
 }
 
@@ -160,17 +188,38 @@ fn first_divergence(inst: &Instance, rules: AcceptanceRules) -> Option<String> {
 fn greedy_mtp_equals_plain_greedy_on_random_instances() {
     let mut drafted = 0;
     let mut accepted = 0;
+    let (mut penalised, mut changed) = (0, 0);
     for seed in 0..INSTANCES {
         let inst = instance(seed);
         if let Some(diff) = first_divergence(&inst, AcceptanceRules::default()) {
             panic!("instance {seed}: {diff}");
         }
         let (out, _) = speculative(&inst.target, inst.drafter.as_ref(), &inst.request);
+        assert_eq!(out.mode, DecodeMode::GreedyMtp, "instance {seed}");
         if let Some(stats) = out.mtp {
             drafted += stats.drafted;
             accepted += stats.accepted;
         }
+        if inst.request.sampling.has_penalties() {
+            penalised += 1;
+            let mut unpenalised = inst.request.clone();
+            unpenalised.sampling = SamplerOptions::default();
+            changed += usize::from(
+                plain(&inst.target, &unpenalised).tokens
+                    != plain(&inst.target, &inst.request).tokens,
+            );
+        }
     }
+    // The penalised instances are many, and penalties change their output often enough for
+    // the equivalence to mean something.
+    assert!(
+        penalised > INSTANCES as usize / 4,
+        "{penalised} penalised instances"
+    );
+    assert!(
+        changed > penalised / 4,
+        "penalties changed {changed} of {penalised} outputs"
+    );
     // The instances exercise both acceptance and rejection.
     assert!(
         accepted > drafted / 10 && accepted < drafted,

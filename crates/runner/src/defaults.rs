@@ -1,8 +1,11 @@
 //! Where the default model pair lives when no model directory is given.
 //!
-//! The default is the tiny trained pair committed under `models/default/{target,assistant}` in
-//! the workspace (found through this crate's source directory), or the pair under
-//! `$MTP_MODEL_DIR` when that variable is set.
+//! The default is the tiny trained pair committed under `models/default/{target,assistant}`:
+//! with the `embedded-model` feature (on by default) compiled into the program and written to a
+//! cache directory on first use ([`crate::embedded_pair`]), so an installed or copied binary
+//! runs it from any directory; without the feature, read from the workspace checkout (found
+//! through this crate's source directory). `$MTP_MODEL_DIR` overrides both, and `--model`
+//! overrides the default pair altogether.
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +35,18 @@ pub enum DefaultModelError {
         /// Where it was looked for.
         dir: PathBuf,
     },
+    /// The embedded pair could not be written to its cache directory.
+    #[error(
+        "cannot write the embedded default model to {}: {reason}; set {MODEL_DIR_ENV} to a \
+         directory holding target/ and assistant/, or pass --model DIR",
+        .path.display()
+    )]
+    Extract {
+        /// The file or directory that could not be written.
+        path: PathBuf,
+        /// The operating system's reason.
+        reason: String,
+    },
     /// `$MTP_MODEL_DIR` does not hold a pair.
     #[error(
         "{MODEL_DIR_ENV}={} does not hold a model pair: {} is missing",
@@ -46,7 +61,9 @@ pub enum DefaultModelError {
     },
 }
 
-/// Where the default pair is looked for: `$MTP_MODEL_DIR`, else `<workspace>/models/default`.
+/// Where the default pair is looked for without extracting anything: `$MTP_MODEL_DIR`, else
+/// `<workspace>/models/default` (which [`default_pair`] replaces by the embedded copy when the
+/// `embedded-model` feature is on).
 pub fn default_pair_dir() -> (PathBuf, PairSource) {
     match std::env::var_os(MODEL_DIR_ENV).filter(|v| !v.is_empty()) {
         Some(dir) => (PathBuf::from(dir), PairSource::Environment),
@@ -69,11 +86,19 @@ pub enum PairSource {
     Environment,
     /// The workspace checkout.
     Checkout,
+    /// The pair embedded in the program, written to its cache directory.
+    Embedded,
 }
 
-/// The default pair's directories, checked to exist.
+/// The default pair's directories, checked to exist: `$MTP_MODEL_DIR`, else the embedded pair
+/// (feature `embedded-model`), else the checkout's `models/default`.
 pub fn default_pair() -> Result<ModelPaths, DefaultModelError> {
     let (dir, source) = default_pair_dir();
+    #[cfg(feature = "embedded-model")]
+    if source == PairSource::Checkout {
+        let dir = crate::embedded_pair::extracted_pair_dir()?;
+        return pair_in(&dir, PairSource::Embedded);
+    }
     pair_in(&dir, source)
 }
 
@@ -88,7 +113,7 @@ pub fn pair_in(dir: &Path, source: PairSource) -> Result<ModelPaths, DefaultMode
                     dir: dir.to_path_buf(),
                     missing: part.clone(),
                 },
-                PairSource::Checkout => DefaultModelError::NotInCheckout {
+                PairSource::Checkout | PairSource::Embedded => DefaultModelError::NotInCheckout {
                     dir: dir.to_path_buf(),
                 },
             });

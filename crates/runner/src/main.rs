@@ -9,16 +9,23 @@ use clap::Parser;
 use cli::args::{Cli, Command};
 
 fn main() -> ExitCode {
+    cli::console::install();
     let cli = Cli::parse();
     cli::logging::init(cli.verbose);
     let result = match cli.command {
         Command::Generate(args) => cli::generate::run(args),
         Command::Bench(args) => cli::bench::run(args),
+        #[cfg(feature = "server")]
+        Command::Serve(args) => cli::serve::run(*args),
     };
     match result {
         Ok(code) => code,
+        Err(err) if cli::console::closed_pipe_in(&err) => {
+            ExitCode::from(cli::console::EXIT_CLOSED_PIPE)
+        }
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // A closed stderr leaves nowhere to report to: the status still says it failed.
+            let _ = cli::console::err(&format!("error: {err:#}\n"));
             ExitCode::FAILURE
         }
     }

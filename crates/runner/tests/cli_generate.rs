@@ -148,7 +148,7 @@ fn streamed_text_equals_the_decode_of_the_generated_ids() {
             case.name
         );
         let out = mtp()
-            .args(["generate", "-n", "40", "--model"])
+            .args(["generate", "--temperature", "0", "-n", "40", "--model"])
             .arg(case.target())
             .arg("--draft")
             .arg(case.assistant())
@@ -221,7 +221,7 @@ fn characters_split_across_tokens_stream_whole() {
     let n = case.greedy_ids.len().to_string();
     let run = |json: bool| {
         let mut cmd = mtp();
-        cmd.args(["generate", "-n", &n, "--model"])
+        cmd.args(["generate", "--temperature", "0", "-n", &n, "--model"])
             .arg(dir.path())
             .arg("--draft")
             .arg(case.assistant())
@@ -289,7 +289,7 @@ fn eos_from_the_flag_or_the_config_stops_generation() {
         greedy_ids: case.greedy_ids.clone(),
     };
     let out = mtp()
-        .args(["generate", "--json", "--model"])
+        .args(["generate", "--temperature", "0", "--json", "--model"])
         .arg(dir.path())
         .arg("--draft")
         .arg(copy.assistant())
@@ -305,7 +305,16 @@ fn eos_from_the_flag_or_the_config_stops_generation() {
     let json = generate_json(&case, true, &["--eos", &eos.to_string(), "-n", "9"]);
     assert_eq!(json["done_reason"], "stop");
     let out = mtp()
-        .args(["generate", "--json", "--ignore-eos", "-n", "9", "--model"])
+        .args([
+            "generate",
+            "--temperature",
+            "0",
+            "--json",
+            "--ignore-eos",
+            "-n",
+            "9",
+            "--model",
+        ])
         .arg(dir.path())
         .arg(&case.prompt_text)
         .output()
@@ -318,7 +327,15 @@ fn eos_from_the_flag_or_the_config_stops_generation() {
 fn prompt_from_stdin_and_chat_prompts() {
     let case = Case::named("swa_basic");
     let out = mtp()
-        .args(["generate", "--json", "-n", "5", "--model"])
+        .args([
+            "generate",
+            "--temperature",
+            "0",
+            "--json",
+            "-n",
+            "5",
+            "--model",
+        ])
         .arg(case.target())
         .write_stdin(format!("{}\n", case.prompt_text))
         .output()
@@ -346,7 +363,7 @@ fn the_default_pair_comes_from_mtp_model_dir() {
     let case = Case::named("swa_basic");
     let out = mtp()
         .env("MTP_MODEL_DIR", &case.dir)
-        .args(["generate", "--json", "-n", "6"])
+        .args(["generate", "--temperature", "0", "--json", "-n", "6"])
         .arg(&case.prompt_text)
         .output()
         .unwrap();

@@ -129,23 +129,73 @@ fn greedy_mtp_equals_hf_greedy_and_accepts_real_drafts() {
 }
 
 /// The README's first command: `mtp generate "In the beginning"` with no other argument runs the
-/// default pair (greedy, MTP on), prints text and the statistics.
+/// default pair with its sampling defaults (models/README.md: temperature 0.6, top-k 40, top-p
+/// 0.9; sampled MTP), prints text and the statistics with the seed that repeats the run; and
+/// `--temperature 0` is exact greedy MTP.
 #[test]
 fn the_first_readme_command_runs_the_default_pair() {
-    let out = cli_common::mtp()
-        .args(["generate", "In the beginning"])
-        .output()
-        .expect("mtp runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "stderr: {stderr}");
+    let run = |args: &[&str]| {
+        let out = cli_common::mtp()
+            .arg("generate")
+            .args(args)
+            .arg("In the beginning")
+            .output()
+            .expect("mtp runs");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "stderr: {stderr}");
+        (stdout, stderr)
+    };
+    let (stdout, stderr) = run(&[]);
+    assert!(
+        stdout.split_whitespace().count() > 20,
+        "text expected, got {stdout:?}"
+    );
+    assert!(stderr.contains("mode: sampled-mtp"), "{stderr}");
+    assert!(
+        stderr.contains("sampling: temperature 0.6, top-k 40, top-p 0.9, seed "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("per-position acceptance"), "{stderr}");
+    let (stdout, stderr) = run(&["--temperature", "0"]);
     assert!(
         stdout.contains("God"),
         "KJV-like text expected, got {stdout:?}"
     );
-    assert!(
-        stderr.contains("mode: greedy-mtp"),
-        "stats expected, got {stderr:?}"
-    );
-    assert!(stderr.contains("per-position acceptance"), "{stderr}");
+    assert!(stderr.contains("mode: greedy-mtp"), "{stderr}");
+}
+
+/// A copy of the built binary alone in an empty directory (no checkout beside it, no
+/// `$MTP_MODEL_DIR`, a fresh cache) runs the embedded default pair.
+#[cfg(feature = "embedded-model")]
+#[test]
+fn a_copied_binary_runs_the_embedded_default_pair() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bin = dir.path().join("mtp");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("mtp"), &bin).expect("copy the binary");
+    let cache = dir.path().join("cache");
+    let out = std::process::Command::new(&bin)
+        .current_dir(dir.path())
+        .env_remove("MTP_MODEL_DIR")
+        .env_remove("RUST_LOG")
+        .env("XDG_CACHE_HOME", &cache)
+        .args([
+            "generate",
+            "--temperature",
+            "0",
+            "-n",
+            "24",
+            "In the beginning",
+        ])
+        .output()
+        .expect("the copied binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("mode: greedy-mtp"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("God"), "{stdout}");
+    let extracted = std::fs::read_dir(cache.join("mtp-rs"))
+        .expect("the pair was written to the cache")
+        .count();
+    assert_eq!(extracted, 1, "one pair directory");
 }

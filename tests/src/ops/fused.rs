@@ -1,11 +1,12 @@
 //! The fused ops a backend may accelerate: `softmax`, `log_softmax`, `gelu_tanh`, `rms_norm`,
-//! `rope`, `attention` and `top_k`. The reference runs the trait's portable default bodies, so
+//! `rope`, `attention`, `top_k` and `non_finite_rows`. The reference runs the trait's portable default bodies, so
 //! these cases are what an overriding kernel must pass.
 
 use mtp_core::{AttentionMask, Backend, Causality};
 
-use crate::error::SuiteError;
+use crate::error::{backend_err, SuiteError};
 use crate::harness::{Harness, FLOATS};
+use crate::inputs::{Input, Layout};
 use crate::op::Op;
 use crate::tolerance::Tolerance;
 
@@ -189,6 +190,49 @@ pub fn top_k<B: Backend>(backend: &B) -> Result<(), SuiteError> {
             for k in [1, 3, n] {
                 let x = h.gen.distinct(shape, dtype);
                 h.check(&Op::TopK(k), &[x], Tolerance::EXACT)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `non_finite_rows` along the last axis and along axis 0, in every float dtype, on rows with a
+/// NaN, a +∞, only −∞, a −∞ mask among finite values, and finite values only: exact flags.
+pub fn non_finite_rows<B: Backend>(backend: &B) -> Result<(), SuiteError> {
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    #[rustfmt::skip]
+    let rows: [f32; 20] = [
+        1.0, nan, 2.0, -3.0,   // NaN
+        0.5, inf, -1.0, 0.0,   // +inf
+        -inf, -inf, -inf, -inf, // nothing finite
+        -inf, 4.0, -2.0, 1.0,  // a -inf mask: fine
+        3.0, -7.5, 0.25, 65000.0, // finite
+    ];
+    let last_axis = [1u32, 1, 1, 0, 0];
+    let first_axis = [0u32, 1, 0, 0]; // only column 1 holds a NaN or +inf
+    for dtype in FLOATS {
+        for (shape, axis, expected) in [
+            (&[5, 4][..], 1, &last_axis[..]),
+            (&[1, 5, 4], 2, &last_axis),
+            (&[5, 4], 0, &first_axis),
+        ] {
+            let what = || format!("non_finite_rows({dtype}{shape:?}, axis {axis})");
+            let x = Input::float(shape, rows.to_vec(), dtype);
+            let x = backend_err(backend, what, x.build(backend, Layout::Contiguous))?;
+            let flags = backend_err(backend, what, backend.non_finite_rows(&x, axis))?;
+            let mut want_shape = shape.to_vec();
+            want_shape[axis] = 1;
+            let got_shape = backend.shape(&flags);
+            let got = backend_err(backend, what, backend.to_vec_u32(&flags))?;
+            if got_shape != want_shape || got != expected {
+                return Err(SuiteError::Mismatch {
+                    backend: backend.name(),
+                    check: what(),
+                    detail: format!(
+                        "got {got:?} of shape {got_shape:?}, expected {expected:?} of shape \
+                         {want_shape:?}"
+                    ),
+                });
             }
         }
     }

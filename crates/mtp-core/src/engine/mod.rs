@@ -41,6 +41,7 @@
 //! target's distribution (Leviathan et al. 2023; Chen et al. 2023). Both are property-tested in
 //! this crate against the plain loop, which is written separately as the oracle.
 
+mod greedy_verify;
 mod overlap;
 mod plain;
 mod session;
@@ -59,7 +60,10 @@ use crate::acceptance::AcceptanceRules;
 use crate::cache::CacheSet;
 use crate::model::{MtpDrafter, TargetModel};
 use crate::options::MtpOptions;
-use crate::options::{decode_mode, DecodeMode, DraftOverrides, DrafterPresence, LogprobsRequest};
+use crate::options::{
+    decode_mode, speculation_off, DecodeMode, DraftOverrides, DrafterPresence, LogprobsRequest,
+    SpeculationOff,
+};
 use crate::proposer::{MtpChain, Proposer};
 use crate::sampling::SamplerOptions;
 use crate::schedule::ScheduleMemory;
@@ -259,11 +263,41 @@ impl<'m, B: Backend> Engine<'m, B> {
     }
 
     fn mode_for(&self, request: &GenerateRequest, options: &MtpOptions) -> DecodeMode {
-        let presence = match self.proposer {
+        decode_mode(
+            &request.sampling,
+            options,
+            self.presence(),
+            request.logprobs,
+        )
+    }
+
+    /// Why `request` decodes without speculation, or `None` when it speculates.
+    pub fn speculation_off(
+        &self,
+        request: &GenerateRequest,
+    ) -> Result<Option<SpeculationOff>, CoreError> {
+        let options = self.mtp_options(request)?;
+        Ok(self.off_reason(request, &options))
+    }
+
+    fn off_reason(
+        &self,
+        request: &GenerateRequest,
+        options: &MtpOptions,
+    ) -> Option<SpeculationOff> {
+        speculation_off(
+            &request.sampling,
+            options,
+            self.presence(),
+            request.logprobs,
+        )
+    }
+
+    fn presence(&self) -> DrafterPresence {
+        match self.proposer {
             Some(_) => DrafterPresence::Loaded,
             None => DrafterPresence::Absent,
-        };
-        decode_mode(&request.sampling, options, presence, request.logprobs)
+        }
     }
 
     /// Generate with fresh caches.
@@ -301,6 +335,7 @@ impl<'m, B: Backend> Engine<'m, B> {
                     }
                     ProposerSlot::Proposer(proposer) => proposer,
                 };
+                let kind = proposer.kind();
                 let proposer = proposer.start(self.backend, &request.prompt)?;
                 let mut run = speculative::SpeculativeRun::new(
                     &mut session,
@@ -311,7 +346,8 @@ impl<'m, B: Backend> Engine<'m, B> {
                     mode,
                     self.overlap,
                 )
-                .keep_schedule_in(&self.schedules, slot.kind().name());
+                .keep_schedule_in(&self.schedules, kind.name());
+                run.stats.proposer = kind;
                 run.run()?;
                 let stats = run.into_stats();
                 stats.trace(session.generated());
@@ -319,7 +355,9 @@ impl<'m, B: Backend> Engine<'m, B> {
             }
             _ => {
                 plain::run(&mut session, self.overlap.is_active(self.backend))?;
-                Ok(session.into_response(DecodeMode::Plain, None))
+                let mut response = session.into_response(DecodeMode::Plain, None);
+                response.speculation_off = self.off_reason(request, &options);
+                Ok(response)
             }
         }
     }

@@ -41,7 +41,7 @@ fn pipelined<B: Backend>(s: &mut Session<'_, B>) -> Result<(), B::Error> {
         // After emitting `next`, is another token wanted? Then forward `next` already.
         let ahead = if s.remaining() > 1 {
             let undo = Undo::open(s)?;
-            match s.forward_argmax(&next) {
+            match s.forward_argmax(&next.id) {
                 Ok(after) => Some((after, undo)),
                 Err(e) => return Err(undo.after_error(s, e)),
             }

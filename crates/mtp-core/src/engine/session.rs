@@ -21,10 +21,13 @@ pub(super) struct Session<'s, B: Backend> {
     prompt: &'s [u32],
     sink: &'s mut dyn TokenSink,
     cancel: &'s CancelToken,
-    /// Sampling is greedy with neutral processing: pick tokens with a device argmax.
+    /// Sampling is greedy without penalties: pick tokens with a device argmax (top-k, top-p and
+    /// min-p cannot change the argmax).
     device_argmax: bool,
     tokens: Vec<u32>,
     budget: usize,
+    /// The tokens asked for (`budget` is this capped by the context).
+    num_predict: usize,
     /// The next position to write: where `current` goes.
     pub position: usize,
     /// The newest token, not yet in the caches: emitted, or (between a verdict and its
@@ -50,7 +53,7 @@ impl<'s, B: Backend> Session<'s, B> {
     ) -> Result<Self, CoreError> {
         let sampler = Sampler::new(request.sampling.clone(), &request.prompt)?;
         let room = target.max_context().saturating_sub(request.prompt.len());
-        let device_argmax = request.sampling.is_greedy() && request.sampling.is_neutral();
+        let device_argmax = request.sampling.is_device_argmax();
         Ok(Self {
             backend,
             target,
@@ -63,6 +66,7 @@ impl<'s, B: Backend> Session<'s, B> {
             device_argmax,
             tokens: Vec::new(),
             budget: request.num_predict.min(room),
+            num_predict: request.num_predict,
             position: 0,
             current: 0,
             hidden: None,
@@ -148,17 +152,36 @@ impl<'s, B: Backend> Session<'s, B> {
 
     /// Choose the next token from logits `[1, 1, v]` with the request's sampling, committing it
     /// to the sampler's history.
+    ///
+    /// The logits are those of the newest forwarded position (`position - 1`); non-finite logits
+    /// are [`CoreError::NonFiniteLogits`].
     pub fn choose(&mut self, logits: &B::Array) -> Result<u32, B::Error> {
+        let row_position = self.position.saturating_sub(1);
         let id = if self.device_argmax {
-            let am = self.backend.argmax(logits, 2)?;
-            first(self.backend.to_vec_u32(&am)?)?
+            let (ids, flags) = self.checked_argmax(logits)?;
+            let read = self
+                .backend
+                .to_vec_u32(&self.backend.concat(&[&ids, &flags], 1)?)?;
+            check_flags(&read[1..], row_position)?;
+            first(read)?
         } else {
             let row = self.backend.to_vec_f32(logits)?;
+            check_row(&row, row_position)?;
             let dist = self.sampler.distribution(&row, &[])?;
             self.sampler.sample(&dist)
         };
         self.sampler.commit(&[id]);
         Ok(id)
+    }
+
+    /// The argmax ids `[1, t]` of logits `[1, t, v]` and each row's non-finite flag `[1, t]`
+    /// ([`Backend::non_finite_rows`]), both still on the device: read them together.
+    pub fn checked_argmax(&self, logits: &B::Array) -> Result<(B::Array, B::Array), B::Error> {
+        let b = self.backend;
+        let t = b.shape(logits).get(1).copied().unwrap_or(1);
+        let ids = b.reshape(&b.argmax(logits, 2)?, &[1, t])?;
+        let flags = b.reshape(&b.non_finite_rows(logits, 2)?, &[1, t])?;
+        Ok((ids, flags))
     }
 
     /// Evaluate the prompt, choose and emit the first token.
@@ -186,22 +209,28 @@ impl<'s, B: Backend> Session<'s, B> {
     }
 
     /// Forward `ids` (`[1, 1]`, possibly not yet evaluated) on the live caches and return the
-    /// lazy argmax `[1, 1]` of its logits, with its evaluation started.
-    pub fn forward_argmax(&mut self, ids: &B::Array) -> Result<B::Array, B::Error> {
+    /// lazy argmax of its logits with their non-finite flag, with its evaluation started.
+    pub fn forward_argmax(&mut self, ids: &B::Array) -> Result<DeviceToken<B>, B::Error> {
         let out = self.forward_live(ids)?;
         let logits = self.row_logits(&out.hidden, 0)?;
-        let next = self
-            .backend
-            .reshape(&self.backend.argmax(&logits, 2)?, &[1, 1])?;
-        self.backend.async_eval(&[&next])?;
+        let (id, flag) = self.checked_argmax(&logits)?;
+        let checked = self.backend.concat(&[&id, &flag], 1)?;
+        self.backend.async_eval(&[&checked])?;
         self.hidden = Some(out.draft_hidden);
-        Ok(next)
+        Ok(DeviceToken {
+            id,
+            checked,
+            position: self.position - 1,
+        })
     }
 
-    /// Read a `[1, 1]` token id chosen on the device, commit it to the sampler's history, make it
-    /// `current` and emit it. Returns whether generation continues.
-    pub fn take_device_token(&mut self, id: &B::Array) -> Result<bool, B::Error> {
-        let id = first(self.backend.to_vec_u32(id)?)?;
+    /// Read a token chosen on the device (an error when its logits were not finite), commit it
+    /// to the sampler's history, make it `current` and emit it. Returns whether generation
+    /// continues.
+    pub fn take_device_token(&mut self, token: &DeviceToken<B>) -> Result<bool, B::Error> {
+        let read = self.backend.to_vec_u32(&token.checked)?;
+        check_flags(&read[1..], token.position)?;
+        let id = first(read)?;
         self.sampler.commit(&[id]);
         self.current = id;
         Ok(self.emit(id))
@@ -229,16 +258,53 @@ impl<'s, B: Backend> Session<'s, B> {
     pub fn into_response(self, mode: DecodeMode, mtp: Option<MtpStats>) -> Response {
         let eval_duration = self.first_token_at.map_or(Duration::ZERO, |t| t.elapsed());
         let generated = self.tokens.len();
+        let done_reason = self.done.unwrap_or(DoneReason::Length);
+        let context_full = done_reason == DoneReason::Length && self.budget < self.num_predict;
         Response {
             tokens: self.tokens,
-            done_reason: self.done.unwrap_or(DoneReason::Length),
+            done_reason,
             mode,
             prompt_eval_count: self.prompt.len(),
             prompt_eval_duration: self.prompt_eval,
             eval_count: generated,
             eval_duration,
             mtp,
+            speculation_off: None,
+            context_full,
         }
+    }
+}
+
+/// A token chosen on the device and not yet read.
+pub(super) struct DeviceToken<B: Backend> {
+    /// The id `[1, 1]` (the next forward's input).
+    pub id: B::Array,
+    /// The id and its logits row's non-finite flag `[1, 2]` (what the host reads).
+    checked: B::Array,
+    /// The position whose logits chose it.
+    position: usize,
+}
+
+/// [`CoreError::NonFiniteLogits`] for the first set flag; `flags[i]` is the row at position
+/// `first_position + i`.
+pub(super) fn check_flags(flags: &[u32], first_position: usize) -> Result<(), CoreError> {
+    match flags.iter().position(|&f| f != 0) {
+        Some(i) => Err(CoreError::NonFiniteLogits {
+            position: first_position + i,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// [`CoreError::NonFiniteLogits`] when a host logits row holds a NaN or +∞ or nothing finite
+/// (the host side of [`Backend::non_finite_rows`]).
+pub(super) fn check_row(row: &[f32], position: usize) -> Result<(), CoreError> {
+    let bad =
+        row.iter().any(|l| l.is_nan() || *l == f32::INFINITY) || !row.iter().any(|l| l.is_finite());
+    if bad {
+        Err(CoreError::NonFiniteLogits { position })
+    } else {
+        Ok(())
     }
 }
 

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
-use crate::options::DecodeMode;
+use crate::options::{DecodeMode, SpeculationOff};
+use crate::proposer::ProposerKind;
 use crate::schedule::{RoundRecord, ScheduleKind};
 
 fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -38,6 +39,8 @@ pub struct PositionCounts {
 /// `per_position_acceptance`) and durations in seconds.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MtpStats {
+    /// What drafted (the proposer's stable name in JSON).
+    pub proposer: ProposerKind,
     /// The draft schedule used.
     pub schedule: ScheduleKind,
     /// Draft tokens proposed.
@@ -50,6 +53,9 @@ pub struct MtpStats {
     pub batched_rounds: usize,
     /// Rounds verified one token at a time.
     pub serial_rounds: usize,
+    /// Rounds that drafted nothing: one plain target step (the last token of the budget, or a
+    /// schedule at depth 0). `batched_rounds + serial_rounds + undrafted_rounds = iterations`.
+    pub undrafted_rounds: usize,
     /// Rounds with drafts where some draft was rejected.
     pub mismatches: usize,
     /// Rounds with drafts where every draft was accepted.
@@ -76,7 +82,8 @@ pub struct MtpStats {
 impl Serialize for MtpStats {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut st = s.serialize_struct("MtpStats", 20)?;
+        let mut st = s.serialize_struct("MtpStats", 23)?;
+        st.serialize_field("proposer", &self.proposer)?;
         st.serialize_field("schedule", &self.schedule)?;
         st.serialize_field("drafted", &self.drafted)?;
         st.serialize_field("accepted", &self.accepted)?;
@@ -88,6 +95,7 @@ impl Serialize for MtpStats {
         st.serialize_field("per_position_acceptance", &self.per_position_acceptance())?;
         st.serialize_field("batched_rounds", &self.batched_rounds)?;
         st.serialize_field("serial_rounds", &self.serial_rounds)?;
+        st.serialize_field("undrafted_rounds", &self.undrafted_rounds)?;
         st.serialize_field("mismatches", &self.mismatches)?;
         st.serialize_field("all_accepted", &self.all_accepted)?;
         st.serialize_field("max_draft", &self.max_draft)?;
@@ -127,6 +135,9 @@ impl MtpStats {
     /// Record one round's drafted and accepted counts.
     pub(crate) fn record_round(&mut self, drafted: usize, accepted: usize) {
         self.iterations += 1;
+        if drafted == 0 {
+            self.undrafted_rounds += 1;
+        }
         self.drafted += drafted;
         self.accepted += accepted;
         self.max_draft = self.max_draft.max(drafted);
@@ -153,6 +164,7 @@ impl MtpStats {
         tracing::info!(
             target: "mtp",
             generated,
+            proposer = %self.proposer,
             schedule = %self.schedule,
             drafted = self.drafted,
             accepted = self.accepted,
@@ -163,6 +175,7 @@ impl MtpStats {
             per_position = ?self.per_position_acceptance(),
             batched = self.batched_rounds,
             serial = self.serial_rounds,
+            undrafted = self.undrafted_rounds,
             mismatches = self.mismatches,
             all_accepted = self.all_accepted,
             max_draft = self.max_draft,
@@ -205,4 +218,10 @@ pub struct Response {
     pub eval_duration: Duration,
     /// Speculative statistics (MTP modes only).
     pub mtp: Option<MtpStats>,
+    /// Why the request decoded without speculation (plain mode only; `None` when it was
+    /// speculative).
+    pub speculation_off: Option<SpeculationOff>,
+    /// Whether generation stopped because the model's context was full (`done_reason` is then
+    /// `length`, before `num_predict` tokens).
+    pub context_full: bool,
 }

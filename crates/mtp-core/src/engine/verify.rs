@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::session::first;
+use super::session::{check_row, first};
 use super::speculative::{Proposal, SpeculativeRun};
 use crate::acceptance::{RoundEnd, SampledRound, Verdict};
 use crate::cache::{CacheSet, SpeculationSupport};
@@ -56,6 +56,9 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
                 let flat = backend.to_vec_f32(&logits)?;
                 let vocab = flat.len() / (k + 1);
                 let rows: Vec<&[f32]> = flat.chunks(vocab.max(1)).collect();
+                for (i, row) in rows.iter().enumerate() {
+                    check_row(row, before + i)?;
+                }
                 let target_dists = s.sampler.verification_distributions(&rows, &drafts)?;
                 let round = SampledRound {
                     drafts: &drafts,
@@ -74,11 +77,11 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
                 (verdict, drafts, Vec::new())
             }
             _ => {
-                let argmax = backend.reshape(&backend.argmax(&logits, 2)?, &[1, k + 1])?;
-                let both = backend.to_vec_u32(&backend.concat(&[&proposal.tokens, &argmax], 1)?)?;
-                let (drafts, target_ids) = both.split_at(k);
-                let verdict = (self.rules.greedy)(drafts, target_ids, s.eos)?;
-                (verdict, drafts.to_vec(), target_ids.to_vec())
+                let host = proposal.host.as_deref();
+                let (drafts, target_ids) =
+                    self.greedy_choices(&proposal.tokens, host, &logits, before)?;
+                let verdict = (self.rules.greedy)(&drafts, &target_ids, self.session.eos)?;
+                (verdict, drafts, target_ids)
             }
         };
         if verdict.accepted > k {
@@ -96,6 +99,10 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
         }
         if let Some(fork) = fork {
             self.compare_serial(fork, before, &drafts, &target_ids, &logits, &verdict)?;
+        }
+        if self.mode != DecodeMode::SampledMtp {
+            // After compare-serial, which judges against the history before this round.
+            self.commit_greedy(&drafts, &verdict);
         }
         let s = &mut *self.session;
         s.caches.commit_speculation(backend, keep)?;
@@ -127,7 +134,8 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
             let out = s.forward_live(&ids)?;
             s.hidden = Some(out.draft_hidden);
             let logits = s.row_logits(&out.hidden, 0)?;
-            let choice = first(backend.to_vec_u32(&backend.argmax(&logits, 2)?)?)?;
+            // Commits the choice (an accepted draft or the next token) to the penalty history.
+            let choice = s.choose(&logits)?;
             match drafts.get(step) {
                 Some(&draft) if draft == choice => {
                     verdict.accepted += 1;
@@ -165,7 +173,8 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
             let ids = s.ids(&[input])?;
             let out = s.target.forward(backend, &ids, before + row, &mut fork)?;
             let serial_logits = s.target.unembed(backend, &out.hidden)?;
-            let serial = first(backend.to_vec_u32(&backend.argmax(&serial_logits, 2)?)?)?;
+            let prefix = &drafts[..row.min(drafts.len())];
+            let serial = self.greedy_choice(&serial_logits, prefix, before + row)?;
             self.stats.compared += 1;
             if batched.get(row) != Some(&serial) {
                 self.stats.batch_serial_mismatches += 1;

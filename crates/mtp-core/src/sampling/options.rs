@@ -102,13 +102,20 @@ impl SamplerOptions {
         penalties_off && top_p_off && self.top_k == 0 && self.min_p == 0.0
     }
 
+    /// Whether tokens can be chosen by a plain argmax of the raw logits: greedy without
+    /// penalties. At temperature 0, top-k, top-p and min-p keep the most likely token, so they
+    /// cannot change the choice and count as neutral here.
+    pub fn is_device_argmax(&self) -> bool {
+        self.is_greedy() && !self.has_penalties()
+    }
+
     /// Whether sampling is greedy (temperature 0).
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
     }
 
     /// Whether the penalty stage does anything.
-    pub(crate) fn has_penalties(&self) -> bool {
+    pub fn has_penalties(&self) -> bool {
         self.repeat_last_n > 0
             && (self.repeat_penalty != 1.0
                 || self.presence_penalty != 0.0

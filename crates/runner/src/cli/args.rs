@@ -27,10 +27,15 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Generate a continuation of a prompt; text streams to stdout, statistics go to stderr.
+    #[command(allow_negative_numbers = true)]
     Generate(GenerateArgs),
     /// Benchmark plain decode against MTP (schedules and fixed depths) on a prompt set, with the
     /// verify-cost curve and the ideal speedup; prints a table and writes JSON.
+    #[command(allow_negative_numbers = true)]
     Bench(super::bench::args::BenchArgs),
+    /// Serve the ollama API (/api/*) and the OpenAI API (/v1/*) on one port over one model pair.
+    #[cfg(feature = "server")]
+    Serve(Box<super::serve::ServeArgs>),
 }
 
 /// `mtp generate`.
@@ -88,6 +93,12 @@ impl ModelArgs {
     }
 }
 
+/// `--model` / `--draft`: a directory, or a repo id resolved through the HF cache
+/// ([`runner::hub::resolve_model`]).
+fn model_location(spec: &str) -> Result<PathBuf, String> {
+    runner::hub::resolve_model(std::path::Path::new(spec)).map_err(|e| e.to_string())
+}
+
 impl BackendChoice {
     /// Candle when compiled in, else the reference backend.
     pub const DEFAULT: &'static str = if cfg!(feature = "candle") {
@@ -100,6 +111,9 @@ impl BackendChoice {
 /// Compute dtypes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DTypeChoice {
+    /// What the backend computes best for the checkpoint: f32 on CPUs (reference, candle cpu),
+    /// the checkpoint's own f16/bf16 on GPUs (candle cuda/metal).
+    Auto,
     /// 32-bit float.
     F32,
     /// 16-bit float.
@@ -108,12 +122,14 @@ pub enum DTypeChoice {
     Bf16,
 }
 
-impl From<DTypeChoice> for DType {
-    fn from(d: DTypeChoice) -> Self {
-        match d {
-            DTypeChoice::F32 => DType::F32,
-            DTypeChoice::F16 => DType::F16,
-            DTypeChoice::Bf16 => DType::BF16,
+impl DTypeChoice {
+    /// The dtype asked for; `None` for `auto` (decided per checkpoint and backend).
+    pub fn fixed(self) -> Option<DType> {
+        match self {
+            DTypeChoice::Auto => None,
+            DTypeChoice::F32 => Some(DType::F32),
+            DTypeChoice::F16 => Some(DType::F16),
+            DTypeChoice::Bf16 => Some(DType::BF16),
         }
     }
 }
@@ -122,14 +138,15 @@ impl From<DTypeChoice> for DType {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Model")]
 pub struct ModelArgs {
-    /// Target model directory (HF layout: config.json, *.safetensors, tokenizer.json)
+    /// Target model directory (HF layout: config.json, *.safetensors, tokenizer.json) or HF repo
+    /// id (owner/name[@revision], from the local HF cache)
     /// [default: the pair in $MTP_MODEL_DIR, else models/default/ of the checkout].
-    #[arg(long, visible_alias = "target", value_name = "DIR")]
+    #[arg(long, visible_alias = "target", value_name = "DIR|REPO", value_parser = model_location)]
     pub model: Option<PathBuf>,
-    /// Drafter directory; its config.json model_type says what it is (a Gemma 4 assistant
-    /// drafts as an MTP head; see --draft-kind) [default: none with --model, so plain decoding;
-    /// the default pair's assistant without --model].
-    #[arg(long, visible_alias = "assistant", value_name = "DIR")]
+    /// Drafter directory or HF repo id; its config.json model_type says what it is (a Gemma 4
+    /// assistant drafts as an MTP head; see --draft-kind) [default: none with --model, so plain
+    /// decoding; the default pair's assistant without --model].
+    #[arg(long, visible_alias = "assistant", value_name = "DIR|REPO", value_parser = model_location)]
     pub draft: Option<PathBuf>,
     /// Backend to run on.
     #[arg(long, value_enum, default_value = BackendChoice::DEFAULT)]
@@ -138,29 +155,32 @@ pub struct ModelArgs {
     /// matching feature).
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Compute dtype of the weights.
-    #[arg(long, value_enum, default_value = "f32")]
+    /// Compute dtype of the weights [auto: f32 on CPUs; on GPUs the checkpoint's own f16/bf16].
+    #[arg(long, value_enum, default_value = "auto")]
     pub dtype: DTypeChoice,
+    /// Load even when the weights and KV cache need more memory than is available.
+    #[arg(long)]
+    pub ignore_memory_limit: bool,
 }
 
-/// Sampling options (the defaults are greedy decoding).
+/// Sampling options. Unset temperature / top-k / top-p come from the model's
+/// `generation_config.json` as HF reads it (greedy unless `do_sample` is true), else ollama's
+/// defaults; `mtp bench` starts from greedy instead.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Sampling")]
 pub struct SamplingArgs {
-    /// Softmax temperature; 0 is greedy (argmax).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub temperature: f32,
-    /// Keep only the K most likely tokens; 0 is off.
-    #[arg(long, default_value_t = 0, value_name = "K")]
-    pub top_k: usize,
-    /// Nucleus sampling threshold; <= 0 or >= 1 is off.
-    #[arg(
-        long,
-        default_value_t = 1.0,
-        allow_negative_numbers = true,
-        value_name = "P"
-    )]
-    pub top_p: f32,
+    /// Softmax temperature; 0 is greedy (argmax), the exact-greedy guarantee of MTP
+    /// [default: the model's generation_config.json, else 0.8; mtp bench: 0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub temperature: Option<f32>,
+    /// Keep only the K most likely tokens; 0 is off [default: the model's
+    /// generation_config.json, else 40; mtp bench: 0].
+    #[arg(long, value_name = "K", value_parser = whole::<usize>)]
+    pub top_k: Option<usize>,
+    /// Nucleus sampling threshold; <= 0 or >= 1 is off [default: the model's
+    /// generation_config.json, else 0.9; mtp bench: 1].
+    #[arg(long, allow_negative_numbers = true, value_name = "P")]
+    pub top_p: Option<f32>,
     /// Drop tokens below P x the largest probability; 0 is off.
     #[arg(
         long,
@@ -179,20 +199,27 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
     /// Size of the penalty window in tokens; 0 disables all penalties.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = whole::<usize>)]
     pub repeat_last_n: usize,
-    /// Seed of the sampler's random stream [default: random].
-    #[arg(long)]
+    /// Seed of the sampler's random stream [default: random, printed in the statistics so the
+    /// run can be repeated].
+    #[arg(long, value_parser = whole::<u64>)]
     pub seed: Option<u64>,
 }
 
 impl SamplingArgs {
-    /// The sampler options (not yet validated).
+    /// The sampler options over greedy defaults (`mtp bench`; not yet validated).
     pub fn options(&self) -> SamplerOptions {
+        self.options_over(&SamplerOptions::default())
+    }
+
+    /// The sampler options: the flags given, the rest from `base` (a model's defaults; not yet
+    /// validated).
+    pub fn options_over(&self, base: &SamplerOptions) -> SamplerOptions {
         SamplerOptions {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
+            temperature: self.temperature.unwrap_or(base.temperature),
+            top_k: self.top_k.unwrap_or(base.top_k),
+            top_p: self.top_p.unwrap_or(base.top_p),
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
             presence_penalty: self.presence_penalty,
@@ -208,19 +235,28 @@ impl SamplingArgs {
 #[command(next_help_heading = "Generation")]
 pub struct LengthArgs {
     /// Most tokens to generate (also capped by the model's context).
-    #[arg(long, short = 'n', default_value_t = 128, value_name = "N")]
+    #[arg(
+        long,
+        short = 'n',
+        default_value_t = 128,
+        value_name = "N",
+        value_parser = whole::<usize>
+    )]
     pub num_predict: usize,
     /// Token id that ends generation; repeat or separate with commas [default: the model's EOS
     /// ids from config.json / generation_config.json / tokenizer_config.json].
-    #[arg(long, value_name = "ID", value_delimiter = ',')]
+    #[arg(long, value_name = "ID", value_delimiter = ',', value_parser = whole::<u32>)]
     pub eos: Vec<u32>,
     /// Never stop at an EOS token.
     #[arg(long, conflicts_with = "eos")]
     pub ignore_eos: bool,
-    /// Wrap the prompt in the model's chat template (one user turn; Gemma's turn format is the
-    /// only one supported).
+    /// Render the prompt as one user turn with the model's own chat template
+    /// (chat_template.jinja, else tokenizer_config.json's), ending where the model answers.
     #[arg(long)]
     pub chat: bool,
+    /// A system message before the user turn (with --chat) [default: none].
+    #[arg(long, value_name = "TEXT", requires = "chat")]
+    pub system: Option<String>,
 }
 
 /// Draft schedules.
@@ -252,13 +288,27 @@ fn draft_depth(s: &str) -> Result<usize, String> {
              {MAX_DRAFT_TOKENS_LIMIT}"
         )
     };
+    let s = s.trim();
     match s.parse::<usize>() {
         Ok(0) => Err("must be at least 1".to_string()),
         Ok(v) if v > MAX_DRAFT_TOKENS_LIMIT => Err(above()),
         Ok(v) => Ok(v),
         Err(_) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => Err(above()),
-        Err(e) => Err(e.to_string()),
+        Err(_) => whole::<usize>(s),
     }
+}
+
+/// A whole number (0 or more), with an error that says so (clap's own would be "invalid digit
+/// found in string" for `-1`).
+pub fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    let s = s.trim();
+    s.parse::<T>().map_err(|_| {
+        if s.parse::<u128>().is_ok() {
+            format!("{s} is too large")
+        } else {
+            format!("expected a whole number (0 or more), got {s:?}")
+        }
+    })
 }
 
 /// Speculative-decoding options. Unset values come from the model, then the environment

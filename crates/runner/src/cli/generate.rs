@@ -7,15 +7,21 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use mtp_core::engine::{CancelToken, GenerateRequest, SinkFlow};
+use mtp_core::model::TargetModel;
 use mtp_core::options::LogprobsRequest;
+use mtp_core::sampling::SamplerOptions;
 use mtp_core::Backend;
 use runner::loading::LoadOptions;
 use runner::proposers::ProposerChoice;
+use runner::sampling_defaults::sampling_defaults;
+use runner::tokenizer::{ChatMessage, ChatOptions};
 use runner::{ModelPaths, PromptFormat};
 
 use super::args::GenerateArgs;
 use super::backend::{with_backend, AnyBackend};
-use super::output::{print_json, summary, TextStream};
+use super::console;
+use super::load_plan::prepare_load;
+use super::output::{print_json, summary, RunInfo, TextStream};
 use super::progress::load_pipeline;
 
 /// The exit status after Ctrl-C (128 + SIGINT, as shells report it).
@@ -23,17 +29,41 @@ const EXIT_INTERRUPTED: u8 = 130;
 
 /// Run `mtp generate`.
 pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
-    let sampling = args.sampling.options();
-    sampling.validate().context("invalid sampling option")?;
+    // The flags alone first, so that a bad value is reported before anything is loaded.
+    args.sampling
+        .options()
+        .validate()
+        .context("invalid sampling option")?;
     let backend = AnyBackend::open(&args.model)?;
     let prompt = read_prompt(args.prompt.as_deref())?;
     let (paths, proposers) = model_paths(&args)?;
-    let options = LoadOptions {
-        dtype: args.model.dtype.into(),
+    let defaults = sampling_defaults(&paths.target)?;
+    let sampling = args.sampling.options_over(&defaults.options);
+    sampling.validate().context("invalid sampling option")?;
+    tracing::info!(source = %defaults.source, ?sampling, "sampling");
+    // The context the run needs at most: no prompt has more tokens than bytes (+ BOS).
+    let context = prompt.len().saturating_add(1 + args.length.num_predict);
+    let run = Inputs {
+        args: &args,
+        prompt: &prompt,
+        paths: &paths,
+        proposers: &proposers,
+        sampling,
     };
-    with_backend!(backend, |b| run_on(
-        b, &args, &prompt, &paths, &proposers, &options
-    ))
+    with_backend!(backend, |b| {
+        let options = prepare_load(&b, &args.model, &paths, context)?;
+        run_on(b, &run, &options)
+    })
+}
+
+/// What [`run_on`] works from.
+struct Inputs<'a> {
+    args: &'a GenerateArgs,
+    prompt: &'a str,
+    paths: &'a ModelPaths,
+    proposers: &'a ProposerChoice,
+    /// The sampling options: the flags over the model's defaults (no seed drawn yet).
+    sampling: SamplerOptions,
 }
 
 /// The prompt from the argument, else from standard input (one trailing newline dropped).
@@ -66,6 +96,7 @@ fn read_prompt(arg: Option<&str>) -> anyhow::Result<String> {
 /// `--draft-kind` (detected from the draft directory by default); `--no-draft` drops them.
 fn model_paths(args: &GenerateArgs) -> anyhow::Result<(ModelPaths, ProposerChoice)> {
     let mut paths = args.model.paths()?;
+    super::model_check::check_paths(&paths)?;
     let choice = if args.draft.no_draft {
         ProposerChoice {
             mtp: None,
@@ -83,24 +114,32 @@ fn model_paths(args: &GenerateArgs) -> anyhow::Result<(ModelPaths, ProposerChoic
 
 fn run_on<B: Backend>(
     backend: B,
-    args: &GenerateArgs,
-    prompt: &str,
-    paths: &ModelPaths,
-    proposers: &ProposerChoice,
+    inputs: &Inputs<'_>,
     options: &LoadOptions,
 ) -> anyhow::Result<ExitCode> {
+    let args = inputs.args;
     let backend_name = backend.name();
-    let pipeline = load_pipeline(backend, paths, options)?.with_ngram(proposers.ngram);
+    let pipeline =
+        load_pipeline(backend, inputs.paths, options)?.with_ngram(inputs.proposers.ngram);
 
-    let format = if args.length.chat {
-        PromptFormat::Chat
+    let prompt_ids = if args.length.chat {
+        let mut messages = Vec::new();
+        if let Some(system) = &args.length.system {
+            messages.push(ChatMessage::text("system", system));
+        }
+        messages.push(ChatMessage::text("user", inputs.prompt));
+        pipeline.encode_chat(&messages, &ChatOptions::default())?
     } else {
-        PromptFormat::Raw
+        pipeline.encode(inputs.prompt, PromptFormat::Raw)?
     };
-    let prompt_ids = pipeline.encode(prompt, format)?;
+    check_eos_flags(&args.length.eos, pipeline.target().vocab_size())?;
+    let mut sampling = inputs.sampling.clone();
+    if !sampling.is_greedy() && sampling.seed.is_none() {
+        sampling.seed = Some(random_seed());
+    }
     let request = GenerateRequest {
         prompt: prompt_ids.clone(),
-        sampling: args.sampling.options(),
+        sampling,
         num_predict: args.length.num_predict,
         eos: eos_ids(args, pipeline.tokenizer().eos_ids()),
         draft: args.draft.overrides(),
@@ -110,6 +149,12 @@ fn run_on<B: Backend>(
         .engine()
         .decode_mode(&request)
         .context("invalid draft option")?;
+    let sampled = (!request.sampling.is_greedy()).then_some(&request.sampling);
+    let run = RunInfo {
+        backend: &backend_name,
+        seed: sampled.and_then(|o| o.seed),
+        sampled,
+    };
     tracing::info!(backend = %backend_name, prompt_tokens = prompt_ids.len(), ?mode, "generating");
 
     let cancel = CancelToken::new();
@@ -128,16 +173,41 @@ fn run_on<B: Backend>(
         &cancel,
     )?;
     if json {
-        print_json(&generation, &prompt_ids, &backend_name).context("cannot write the JSON")?;
+        print_json(&generation, &prompt_ids, &run).context("cannot write the JSON")?;
     } else {
-        stream.finish();
+        stream.finish().context("cannot write the text")?;
     }
-    eprint!("{}", summary(&generation.response, &backend_name));
+    console::err(&summary(&generation.response, &run))?;
     if interrupted.load(Ordering::SeqCst) {
-        eprintln!("interrupted (Ctrl-C): the output above is partial");
+        console::err("interrupted (Ctrl-C): the output above is partial\n")?;
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--eos` ids must name tokens of the model.
+fn check_eos_flags(eos: &[u32], vocab: usize) -> anyhow::Result<()> {
+    if let Some(id) = eos.iter().find(|&&id| id as usize >= vocab) {
+        bail!(
+            "--eos {id} is outside the model's vocabulary of {vocab} tokens (ids 0 to {})",
+            vocab.saturating_sub(1)
+        );
+    }
+    Ok(())
+}
+
+/// A seed for a sampled run that was given none: fresh per process (the standard library's
+/// hasher keys come from the operating system's randomness), printed in the statistics so the
+/// run can be repeated with `--seed`.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
 }
 
 fn eos_ids(args: &GenerateArgs, model_eos: &[u32]) -> Vec<u32> {

@@ -4,6 +4,7 @@
 use std::io::Write;
 
 use mtp_core::engine::{MtpStats, Response, SinkFlow};
+use mtp_core::sampling::SamplerOptions;
 use runner::Generation;
 use serde::Serialize;
 
@@ -12,6 +13,7 @@ pub struct TextStream {
     out: std::io::Stdout,
     wrote_any: bool,
     ends_with_newline: bool,
+    closed: bool,
 }
 
 impl TextStream {
@@ -21,6 +23,7 @@ impl TextStream {
             out: std::io::stdout(),
             wrote_any: false,
             ends_with_newline: false,
+            closed: false,
         }
     }
 
@@ -38,18 +41,22 @@ impl TextStream {
             }
             Err(e) => {
                 tracing::debug!(error = %e, "stdout closed; stopping");
+                self.closed = super::console::is_closed_pipe(&e);
                 SinkFlow::Stop
             }
         }
     }
 
-    /// End the text with a newline (if it did not end with one already).
-    pub fn finish(&mut self) {
-        if self.wrote_any && !self.ends_with_newline {
-            let mut lock = self.out.lock();
-            // Nothing to do about a closed stdout at this point.
-            let _ = lock.write_all(b"\n").and_then(|()| lock.flush());
+    /// End the text with a newline (if it did not end with one already); a `BrokenPipe`
+    /// error when stdout was closed on the way.
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        if self.closed {
+            return Err(super::console::closed("stdout"));
         }
+        if self.wrote_any && !self.ends_with_newline {
+            super::console::out("\n")?;
+        }
+        Ok(())
     }
 }
 
@@ -62,67 +69,116 @@ pub struct JsonReport<'a> {
     pub prompt_tokens: &'a [u32],
     /// Backend name (e.g. `candle-cpu`).
     pub backend: &'a str,
+    /// The sampler's seed (given, or drawn at random and printed so the run can be repeated).
+    pub seed: Option<u64>,
     /// The response (tokens, done_reason, mode, counts, durations in seconds, mtp).
     #[serde(flatten)]
     pub response: &'a Response,
-    /// Prompt tokens per second.
-    pub prompt_tokens_per_second: f64,
-    /// Generated tokens per second (after the first token).
-    pub tokens_per_second: f64,
+    /// Prompt tokens per second (`null` when the interval is too short to time).
+    pub prompt_tokens_per_second: Option<f64>,
+    /// Generated tokens per second after the first token (`null` when too short to time).
+    pub tokens_per_second: Option<f64>,
 }
 
 /// Print the `--json` object on stdout.
 pub fn print_json(
     generation: &Generation,
     prompt: &[u32],
-    backend: &str,
-) -> Result<(), serde_json::Error> {
+    run: &RunInfo<'_>,
+) -> std::io::Result<()> {
     let r = &generation.response;
     let report = JsonReport {
         text: &generation.text,
         prompt_tokens: prompt,
-        backend,
+        backend: run.backend,
+        seed: run.seed,
         response: r,
         prompt_tokens_per_second: rate(r.prompt_eval_count, r.prompt_eval_duration.as_secs_f64()),
         tokens_per_second: rate(r.eval_count, r.eval_duration.as_secs_f64()),
     };
     let text = serde_json::to_string(&report)?;
-    println!("{text}");
-    Ok(())
+    super::console::out(&(text + "\n"))
 }
 
-fn rate(count: usize, secs: f64) -> f64 {
-    if secs > 0.0 {
-        count as f64 / secs
-    } else {
-        0.0
-    }
+/// What the summary says about the run besides the response.
+pub struct RunInfo<'a> {
+    /// Backend name.
+    pub backend: &'a str,
+    /// The sampler's seed (sampled runs only).
+    pub seed: Option<u64>,
+    /// The sampling options of a sampled run (`None` when greedy).
+    pub sampled: Option<&'a SamplerOptions>,
+}
+
+/// Intervals shorter than this give no rate: a clock read around a sub-millisecond interval
+/// says more about the clock than about the model (e.g. "1 tokens in 0.000s, 14700 tokens/s").
+pub const MIN_TIMED_SECS: f64 = 1e-3;
+
+/// `count / secs`, or `None` when nothing was counted or the interval is under
+/// [`MIN_TIMED_SECS`].
+pub fn rate(count: usize, secs: f64) -> Option<f64> {
+    (count > 0 && secs >= MIN_TIMED_SECS).then(|| count as f64 / secs)
 }
 
 fn percent(x: f64) -> String {
     format!("{:.1}%", 100.0 * x)
 }
 
+/// `N token` / `N tokens`.
+fn tokens(n: usize) -> String {
+    if n == 1 {
+        "1 token".to_string()
+    } else {
+        format!("{n} tokens")
+    }
+}
+
+/// `N tokens in S s (R tokens/s)`, the rate left out when it cannot be measured.
+fn timed(count: usize, secs: f64) -> String {
+    match rate(count, secs) {
+        Some(r) => format!("{} in {secs:.3}s ({r:.1} tokens/s)", tokens(count)),
+        None if count == 0 => format!("{} in {secs:.3}s", tokens(count)),
+        None => format!("{} in {secs:.3}s (too short to time)", tokens(count)),
+    }
+}
+
 /// The readable statistics summary (for stderr).
-pub fn summary(response: &Response, backend: &str) -> String {
+pub fn summary(response: &Response, run: &RunInfo<'_>) -> String {
     let mut s = String::new();
     let prompt_secs = response.prompt_eval_duration.as_secs_f64();
     let eval_secs = response.eval_duration.as_secs_f64();
     s.push_str(&format!(
-        "prompt: {} tokens in {:.3}s ({:.1} tokens/s)\n",
-        response.prompt_eval_count,
-        prompt_secs,
-        rate(response.prompt_eval_count, prompt_secs)
+        "prompt: {}\n",
+        timed(response.prompt_eval_count, prompt_secs)
     ));
+    let done = if response.context_full {
+        format!(
+            "{} (the model's context is full)",
+            serde_plain(&response.done_reason)
+        )
+    } else {
+        serde_plain(&response.done_reason)
+    };
     s.push_str(&format!(
-        "generated: {} tokens in {:.3}s ({:.1} tokens/s); done: {}; mode: {}; backend: {}\n",
-        response.eval_count,
-        eval_secs,
-        rate(response.eval_count, eval_secs),
-        serde_plain(&response.done_reason),
+        "generated: {}; done: {done}; mode: {}; backend: {}",
+        timed(response.eval_count, eval_secs),
         serde_plain(&response.mode),
-        backend
+        run.backend
     ));
+    s.push('\n');
+    if let Some(o) = run.sampled {
+        s.push_str(&format!(
+            "sampling: temperature {}, top-k {}, top-p {}",
+            o.temperature, o.top_k, o.top_p
+        ));
+        if let Some(seed) = run.seed {
+            s.push_str(&format!(", seed {seed} (--seed {seed} repeats this run)"));
+        }
+        s.push('\n');
+    }
+    if let Some(reason) = &response.speculation_off {
+        s.push_str(&format!("mtp: off: {reason}\n"));
+    }
     if let Some(mtp) = &response.mtp {
         s.push_str(&mtp_summary(mtp));
     }
@@ -131,11 +187,13 @@ pub fn summary(response: &Response, backend: &str) -> String {
 
 fn mtp_summary(m: &MtpStats) -> String {
     let mut s = format!(
-        "mtp: {} rounds ({} batched, {} serial), schedule {}, max draft {}\n\
+        "mtp: {} rounds ({} batched, {} serial, {} not drafted), proposer {}, schedule {}, max draft {}\n\
          mtp: drafted {}, accepted {} ({}), mean accepted {:.2}/round, mean draft {:.2}/round\n",
         m.iterations,
         m.batched_rounds,
         m.serial_rounds,
+        m.undrafted_rounds,
+        m.proposer,
         m.schedule,
         m.max_draft,
         m.drafted,

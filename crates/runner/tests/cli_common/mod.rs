@@ -94,12 +94,17 @@ pub fn mtp() -> Command {
 }
 
 /// `mtp generate --model <case target> [--draft <case assistant>] <prompt_text> --json`
-/// plus `extra`; returns the parsed JSON (the command must succeed).
+/// plus `extra`, greedy (`--temperature 0`) unless `extra` sets a temperature (the fixtures
+/// have no generation_config.json, so they would sample with ollama's defaults); returns the
+/// parsed JSON (the command must succeed).
 pub fn generate_json(case: &Case, with_draft: bool, extra: &[&str]) -> Value {
     let mut cmd = mtp();
     cmd.arg("generate").arg("--model").arg(case.target());
     if with_draft {
         cmd.arg("--draft").arg(case.assistant());
+    }
+    if !extra.contains(&"--temperature") {
+        cmd.args(["--temperature", "0"]);
     }
     cmd.arg(&case.prompt_text).arg("--json").args(extra);
     let out = cmd.output().expect("mtp runs");

@@ -187,7 +187,7 @@ pub fn run_passes<B: Backend>(
         .collect::<anyhow::Result<Vec<_>>>()?;
     let total = plan.warmup + plan.reps;
     for (index, pass) in plan.passes().enumerate() {
-        eprintln!("bench: pass {}/{total} ({pass:?})", index + 1);
+        crate::cli::console::err(&format!("bench: pass {}/{total} ({pass})\n", index + 1))?;
         for v in plan.order(index) {
             let record = &mut records[v];
             let engine = engine.clone().with_overlap(record.variant.overlap);

@@ -152,6 +152,16 @@ pub enum Pass {
     Measured(usize),
 }
 
+impl std::fmt::Display for Pass {
+    /// The progress label: `warm-up` or `repetition N` (from 1).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pass::Warmup => f.write_str("warm-up"),
+            Pass::Measured(rep) => write!(f, "repetition {}", rep + 1),
+        }
+    }
+}
+
 /// Non-empty, non-comment lines of the prompt file, trimmed.
 fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
     let text = std::fs::read_to_string(path)

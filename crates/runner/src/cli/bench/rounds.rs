@@ -111,6 +111,8 @@ mod tests {
                 round_log: rounds,
                 ..MtpStats::default()
             }),
+            speculation_off: None,
+            context_full: false,
         }
     }
 

@@ -1,0 +1,85 @@
+//! The target's greedy choices in a verification forward, with or without penalties.
+//!
+//! Without penalties the choice of row `i` is the argmax of its logits, read from the device
+//! together with the draft ids and each row's non-finite flag (one host read per round). With
+//! penalties (temperature 0, so top-k / top-p / min-p cannot matter) penalised greedy decoding
+//! is still deterministic: row `i` is judged against the argmax of its logits after the
+//! penalties of the history followed by `drafts[..i]` — exactly the context plain penalised
+//! greedy decode would have at that position had it emitted those drafts — so greedy MTP under
+//! penalties emits exactly the tokens of plain penalised greedy decode. That path reads the
+//! `k + 1` logits rows to the host, as sampled verification does.
+
+use super::session::{check_flags, check_row, first};
+use super::speculative::SpeculativeRun;
+use crate::acceptance::Verdict;
+use crate::sampling::Distribution;
+use crate::Backend;
+
+impl<B: Backend> SpeculativeRun<'_, '_, B> {
+    /// The draft ids and the target's greedy choices at rows `0..=k` of `logits` (`[1, k + 1,
+    /// v]`, row 0 at position `before`); an error when a row's logits are not finite.
+    pub(super) fn greedy_choices(
+        &self,
+        drafts: &B::Array,
+        host_drafts: Option<&[u32]>,
+        logits: &B::Array,
+        before: usize,
+    ) -> Result<(Vec<u32>, Vec<u32>), B::Error> {
+        let s = &*self.session;
+        let backend = s.backend;
+        let k = backend.shape(drafts)[1];
+        if s.device_argmax() {
+            let (ids, flags) = s.checked_argmax(logits)?;
+            let read = backend.to_vec_u32(&backend.concat(&[drafts, &ids, &flags], 1)?)?;
+            let (drafts, rest) = read.split_at(k);
+            let (targets, flags) = rest.split_at(k + 1);
+            check_flags(flags, before)?;
+            return Ok((drafts.to_vec(), targets.to_vec()));
+        }
+        let drafts = match host_drafts {
+            Some(ids) => ids.to_vec(),
+            None => backend.to_vec_u32(drafts)?,
+        };
+        let flat = backend.to_vec_f32(logits)?;
+        let vocab = (flat.len() / (k + 1)).max(1);
+        let rows: Vec<&[f32]> = flat.chunks(vocab).collect();
+        for (i, row) in rows.iter().enumerate() {
+            check_row(row, before + i)?;
+        }
+        let dists = s.sampler.verification_distributions(&rows, &drafts)?;
+        let targets = dists.iter().map(Distribution::argmax).collect();
+        Ok((drafts, targets))
+    }
+
+    /// The greedy choice of logits `[1, 1, v]` after the history and `prefix`, without
+    /// committing it (compare-serial's check).
+    pub(super) fn greedy_choice(
+        &self,
+        logits: &B::Array,
+        prefix: &[u32],
+        position: usize,
+    ) -> Result<u32, B::Error> {
+        let s = &*self.session;
+        let backend = s.backend;
+        if s.device_argmax() {
+            let (ids, flags) = s.checked_argmax(logits)?;
+            let read = backend.to_vec_u32(&backend.concat(&[&ids, &flags], 1)?)?;
+            check_flags(&read[1..], position)?;
+            return Ok(first(read)?);
+        }
+        let row = backend.to_vec_f32(logits)?;
+        check_row(&row, position)?;
+        Ok(s.sampler.distribution(&row, prefix)?.argmax())
+    }
+
+    /// Append a greedy verdict's tokens (accepted drafts, then the next token) to the penalty
+    /// history.
+    pub(super) fn commit_greedy(&mut self, drafts: &[u32], verdict: &Verdict) {
+        let accepted = &drafts[..verdict.accepted.min(drafts.len())];
+        let s = &mut *self.session;
+        s.sampler.commit(accepted);
+        if let Some(next) = verdict.next {
+            s.sampler.commit(&[next]);
+        }
+    }
+}
