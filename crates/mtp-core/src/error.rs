@@ -76,6 +76,18 @@ pub enum CoreError {
         /// Why it is invalid.
         reason: &'static str,
     },
+    /// A draft depth above the largest the engine drafts.
+    #[error(
+        "{name} = {value} is above the largest draft depth, {max}: use a depth from 1 to {max}"
+    )]
+    DraftDepthTooLarge {
+        /// The setting (an option or an environment key).
+        name: &'static str,
+        /// The value given, as text.
+        value: String,
+        /// The largest depth allowed ([`MAX_DRAFT_TOKENS_LIMIT`](crate::options::MAX_DRAFT_TOKENS_LIMIT)).
+        max: usize,
+    },
     /// The prompt is empty.
     #[error("the prompt is empty: at least one token is needed")]
     EmptyPrompt,

@@ -8,6 +8,12 @@ use crate::CoreError;
 pub const DEFAULT_INITIAL_DRAFT_TOKENS: usize = 4;
 /// The seed's default maximum draft depth (used when a model's default is 0).
 pub const DEFAULT_MAX_DRAFT_TOKENS: usize = 16;
+/// The largest draft depth any setting may ask for (initial or maximum; environment, request
+/// or command line): a value above it is rejected with [`CoreError::DraftDepthTooLarge`], and a
+/// model default above it is clamped to it. The engine further clamps the depth to the
+/// target's context. Acceptance falls geometrically with depth, so no real proposer pays this
+/// deep; the bound keeps every per-depth table small.
+pub const MAX_DRAFT_TOKENS_LIMIT: usize = 64;
 
 /// Environment key: initial draft depth (positive integer).
 pub const ENV_INITIAL_DRAFT_TOKENS: &str = "MTP_INITIAL_DRAFT_TOKENS";
@@ -91,33 +97,36 @@ pub struct MtpOptions {
 
 impl MtpOptions {
     /// Resolves the options: model `defaults` (a 0 depth becomes the seed's 4 initial / 16
-    /// max), then the environment read through `env`, then `overrides`; finally the initial
-    /// depth is clamped to the maximum.
+    /// max; a depth above [`MAX_DRAFT_TOKENS_LIMIT`] is clamped to it), then the environment
+    /// read through `env`, then `overrides`; finally the initial depth is clamped to the
+    /// maximum.
     ///
-    /// Environment: [`ENV_INITIAL_DRAFT_TOKENS`] and [`ENV_MAX_DRAFT_TOKENS`] (positive
-    /// integers), [`ENV_DRAFT_SCHEDULE`] (`constant`, `heuristic` or `adaptive`, any case),
-    /// [`ENV_SERIAL_VALIDATE`] and [`ENV_COMPARE_SERIAL_VALIDATE`] (booleans as Go's
-    /// `strconv.ParseBool`; compare-serial wins when both are true). Empty values count as
-    /// unset; an invalid value logs a warning naming the key and value (once per process) and is
-    /// ignored.
+    /// Environment: [`ENV_INITIAL_DRAFT_TOKENS`] and [`ENV_MAX_DRAFT_TOKENS`] (integers from 1
+    /// to [`MAX_DRAFT_TOKENS_LIMIT`]), [`ENV_DRAFT_SCHEDULE`] (`constant`, `heuristic` or
+    /// `adaptive`, any case), [`ENV_SERIAL_VALIDATE`] and [`ENV_COMPARE_SERIAL_VALIDATE`]
+    /// (booleans as Go's `strconv.ParseBool`; compare-serial wins when both are true). Empty
+    /// values count as unset; an unparsable value logs a warning naming the key and value (once per
+    /// process) and is ignored.
     ///
-    /// An invalid override (a depth of 0) is an error ([`CoreError::InvalidOption`]).
+    /// Errors: an override depth of 0 is [`CoreError::InvalidOption`]; a depth above
+    /// [`MAX_DRAFT_TOKENS_LIMIT`] from the environment or an override (any run of digits, also
+    /// one too long for `usize`) is [`CoreError::DraftDepthTooLarge`].
     pub fn resolve(
         defaults: &MtpDefaults,
         env: &dyn Fn(&str) -> Option<String>,
         overrides: &DraftOverrides,
     ) -> Result<MtpOptions, CoreError> {
         let mut opts = MtpOptions {
-            initial_draft_tokens: nonzero_or(
+            initial_draft_tokens: model_depth(
                 defaults.initial_draft_tokens,
                 DEFAULT_INITIAL_DRAFT_TOKENS,
             ),
-            max_draft_tokens: nonzero_or(defaults.max_draft_tokens, DEFAULT_MAX_DRAFT_TOKENS),
+            max_draft_tokens: model_depth(defaults.max_draft_tokens, DEFAULT_MAX_DRAFT_TOKENS),
             schedule: ScheduleKind::default(),
             validation: ValidationMode::default(),
             enabled: defaults.enabled,
         };
-        opts.apply_env(env);
+        opts.apply_env(env)?;
         opts.apply_overrides(overrides)?;
         opts.initial_draft_tokens = opts.initial_draft_tokens.min(opts.max_draft_tokens);
         Ok(opts)
@@ -131,11 +140,11 @@ impl MtpOptions {
         Self::resolve(defaults, &|key| std::env::var(key).ok(), overrides)
     }
 
-    fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) {
-        if let Some(v) = env_value(env, ENV_MAX_DRAFT_TOKENS, parse_positive) {
+    fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), CoreError> {
+        if let Some(v) = env_depth(env, ENV_MAX_DRAFT_TOKENS)? {
             self.max_draft_tokens = v;
         }
-        if let Some(v) = env_value(env, ENV_INITIAL_DRAFT_TOKENS, parse_positive) {
+        if let Some(v) = env_depth(env, ENV_INITIAL_DRAFT_TOKENS)? {
             self.initial_draft_tokens = v;
         }
         if let Some(v) = env_value(env, ENV_DRAFT_SCHEDULE, |s| s.parse().ok()) {
@@ -148,6 +157,7 @@ impl MtpOptions {
         } else if serial == Some(true) {
             self.validation = ValidationMode::Serial;
         }
+        Ok(())
     }
 
     fn apply_overrides(&mut self, overrides: &DraftOverrides) -> Result<(), CoreError> {
@@ -170,11 +180,20 @@ impl MtpOptions {
     }
 }
 
-fn nonzero_or(value: usize, fallback: usize) -> usize {
-    if value == 0 {
-        fallback
-    } else {
-        value
+/// A model's default depth: 0 means `fallback`; above [`MAX_DRAFT_TOKENS_LIMIT`] it is
+/// clamped (with a warning: the model's configuration asks for more than the engine drafts).
+fn model_depth(value: usize, fallback: usize) -> usize {
+    match value {
+        0 => fallback,
+        v if v > MAX_DRAFT_TOKENS_LIMIT => {
+            tracing::warn!(
+                depth = v,
+                max = MAX_DRAFT_TOKENS_LIMIT,
+                "the model's default draft depth is above the largest supported; clamped"
+            );
+            MAX_DRAFT_TOKENS_LIMIT
+        }
+        v => v,
     }
 }
 
@@ -186,8 +205,48 @@ fn positive_override(name: &'static str, value: usize) -> Result<usize, CoreErro
             reason: "must be >= 1",
         })
     } else {
+        check_depth(name, value)
+    }
+}
+
+/// `value` when it is at most [`MAX_DRAFT_TOKENS_LIMIT`], else
+/// [`CoreError::DraftDepthTooLarge`] naming the setting `name`.
+fn check_depth(name: &'static str, value: usize) -> Result<usize, CoreError> {
+    if value > MAX_DRAFT_TOKENS_LIMIT {
+        Err(CoreError::DraftDepthTooLarge {
+            name,
+            value: value.to_string(),
+            max: MAX_DRAFT_TOKENS_LIMIT,
+        })
+    } else {
         Ok(value)
     }
+}
+
+/// A draft depth from the environment key `key`: unset, empty or unparsable is `None` (the
+/// last with a warning); a run of digits above [`MAX_DRAFT_TOKENS_LIMIT`] (even one too long
+/// for `usize`) is an error.
+fn env_depth(
+    env: &dyn Fn(&str) -> Option<String>,
+    key: &'static str,
+) -> Result<Option<usize>, CoreError> {
+    let Some(raw) = env(key) else {
+        return Ok(None);
+    };
+    let digits = raw.trim();
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        let fits = digits
+            .parse::<usize>()
+            .is_ok_and(|v| v <= MAX_DRAFT_TOKENS_LIMIT);
+        if !fits {
+            return Err(CoreError::DraftDepthTooLarge {
+                name: key,
+                value: digits.to_string(),
+                max: MAX_DRAFT_TOKENS_LIMIT,
+            });
+        }
+    }
+    Ok(env_value(env, key, parse_positive))
 }
 
 /// Reads and parses one environment key; unset or empty is `None`, an unparsable value warns
@@ -540,6 +599,76 @@ mod tests {
                 Err(CoreError::InvalidOption { .. })
             ));
         }
+    }
+
+    #[test]
+    fn depths_above_the_limit_are_rejected_everywhere() {
+        let limit = MAX_DRAFT_TOKENS_LIMIT.to_string();
+        let above = (MAX_DRAFT_TOKENS_LIMIT + 1).to_string();
+        // The limit itself is accepted on every path.
+        let o = resolve(
+            MtpDefaults::default(),
+            &[
+                (ENV_MAX_DRAFT_TOKENS, &limit),
+                (ENV_INITIAL_DRAFT_TOKENS, &limit),
+            ],
+            DraftOverrides::default(),
+        )
+        .unwrap();
+        assert_eq!(o.max_draft_tokens, MAX_DRAFT_TOKENS_LIMIT);
+        assert_eq!(o.initial_draft_tokens, MAX_DRAFT_TOKENS_LIMIT);
+        // Environment: above the limit, at usize::MAX, and past what usize holds.
+        for key in [ENV_MAX_DRAFT_TOKENS, ENV_INITIAL_DRAFT_TOKENS] {
+            for value in [
+                above.as_str(),
+                " 10000 ",
+                "18446744073709551615",
+                "99999999999999999999999",
+            ] {
+                let err = resolve(MtpDefaults::default(), &[(key, value)], Default::default())
+                    .unwrap_err();
+                assert!(
+                    matches!(&err, CoreError::DraftDepthTooLarge { name, max, .. }
+                        if *name == key && *max == MAX_DRAFT_TOKENS_LIMIT),
+                    "{key}={value}: {err:?}"
+                );
+                let message = err.to_string();
+                assert!(
+                    message.contains(key)
+                        && message.contains(value.trim())
+                        && message.contains(&format!("from 1 to {MAX_DRAFT_TOKENS_LIMIT}")),
+                    "{message}"
+                );
+            }
+        }
+        // Overrides (the request and the command line).
+        for bad in [
+            DraftOverrides {
+                max_draft_tokens: Some(MAX_DRAFT_TOKENS_LIMIT + 1),
+                ..Default::default()
+            },
+            DraftOverrides {
+                initial_draft_tokens: Some(usize::MAX),
+                ..Default::default()
+            },
+        ] {
+            let err = resolve(MtpDefaults::default(), &[], bad).unwrap_err();
+            assert!(
+                matches!(err, CoreError::DraftDepthTooLarge { .. }),
+                "{err:?}"
+            );
+        }
+        // A model default above the limit is clamped, not an error.
+        let deep = MtpDefaults {
+            initial_draft_tokens: 1000,
+            max_draft_tokens: usize::MAX,
+            enabled: true,
+        };
+        let o = resolve(deep, &[], DraftOverrides::default()).unwrap();
+        assert_eq!(
+            (o.initial_draft_tokens, o.max_draft_tokens),
+            (MAX_DRAFT_TOKENS_LIMIT, MAX_DRAFT_TOKENS_LIMIT)
+        );
     }
 
     #[test]

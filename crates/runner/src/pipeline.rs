@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use mtp_core::engine::{CancelToken, Engine, GenerateRequest, Response, SinkFlow, TokenSink};
 use mtp_core::model::TargetModel;
 use mtp_core::proposer::{NgramOptions, NgramProposer};
+use mtp_core::schedule::ScheduleMemory;
 use mtp_core::Backend;
 
 use crate::defaults::ModelPaths;
@@ -162,6 +163,8 @@ pub struct Pipeline<B: Backend> {
     drafter: Option<Gemma4Assistant<B>>,
     ngram: Option<NgramProposer>,
     tokenizer: Tokenizer,
+    /// The adaptive schedule's state, learned across this pair's requests.
+    schedules: ScheduleMemory,
 }
 
 impl<B: Backend> std::fmt::Debug for Pipeline<B> {
@@ -245,6 +248,7 @@ impl<B: Backend> Pipeline<B> {
             drafter,
             ngram: None,
             tokenizer,
+            schedules: ScheduleMemory::new(),
         })
     }
 
@@ -286,9 +290,11 @@ impl<B: Backend> Pipeline<B> {
     }
 
     /// A decode engine over the target and the drafter (when loaded) or prompt lookup (when
-    /// on).
+    /// on), keeping the adaptive schedule's learned state in the pipeline (so it carries over
+    /// between requests).
     pub fn engine(&self) -> Engine<'_, B> {
-        let engine = Engine::new(&self.backend, &self.target);
+        let engine =
+            Engine::new(&self.backend, &self.target).with_schedule_memory(self.schedules.clone());
         match (&self.drafter, &self.ngram) {
             (Some(drafter), _) => engine.with_drafter(drafter),
             (None, Some(ngram)) => engine.with_proposer(ngram),

@@ -145,6 +145,7 @@ fn check_report(table: &str, r: &Value, backend: &str) {
         } else {
             assert!(v["overlap_speedup"].is_null(), "{name}");
         }
+        check_rounds(v, name);
         let positions = v["per_position_acceptance"].as_array().expect("positions");
         match name {
             "plain" | "plain-sync" => {
@@ -167,6 +168,10 @@ fn check_report(table: &str, r: &Value, backend: &str) {
     );
     assert_eq!(r["greedy_identical"], true);
     assert!(r["best_fixed_depth"].is_u64());
+    let controllers = r["controllers"].as_array().expect("controllers");
+    assert_eq!(controllers.len(), 1, "the adaptive variant's controller");
+    assert_eq!(controllers[0]["key"]["proposer"], "mtp");
+    assert!(controllers[0]["state"]["cost_secs"].is_array());
     if sync {
         assert!(r["variants"][6]["depth"].is_null());
         assert_eq!(r["variants"][7]["depth"], 2);
@@ -176,6 +181,40 @@ fn check_report(table: &str, r: &Value, backend: &str) {
     if cfg!(target_os = "linux") {
         assert!(r["peak_rss_bytes"].as_u64().unwrap_or(0) > 0);
     }
+}
+
+/// The per-round records of a variant: round time by depth for every MTP variant, the full
+/// log (depth chosen and drafted, accepted, seconds, capped) for the varying schedules.
+fn check_rounds(v: &Value, name: &str) {
+    let by_depth = v["round_secs_by_depth"]
+        .as_array()
+        .expect("round_secs_by_depth");
+    assert_eq!(by_depth.is_empty(), name.starts_with("plain"), "{name}");
+    for d in by_depth {
+        assert!(d["rounds"].as_u64().unwrap_or(0) > 0, "{name}");
+        assert!(spread(&d["secs"], name) > 0.0);
+    }
+    assert!(v["capped_rounds"].is_u64(), "{name}");
+    let varying = name == "mtp-heuristic" || name == "mtp-adaptive";
+    if !varying {
+        assert!(v["round_log"].is_null(), "{name}");
+        return;
+    }
+    let requests = v["round_log"].as_array().expect("round_log");
+    assert!(!requests.is_empty(), "{name}");
+    let mut rounds = 0;
+    for q in requests {
+        assert!(q["pass"].is_u64() && q["prompt"].is_u64(), "{name}");
+        for r in q["rounds"].as_array().expect("rounds") {
+            let (chosen, drafted) = (r["chosen"].as_u64(), r["drafted"].as_u64());
+            assert!(drafted <= chosen, "{name}: {r}");
+            assert_eq!(r["capped"].as_bool(), Some(drafted < chosen), "{name}: {r}");
+            assert!(r["accepted"].as_u64() <= drafted, "{name}: {r}");
+            assert!(finite(&r["secs"], name) > 0.0);
+            rounds += 1;
+        }
+    }
+    assert_eq!(rounds, v["rounds"].as_u64().unwrap_or(0), "{name}");
 }
 
 #[test]

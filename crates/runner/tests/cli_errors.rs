@@ -150,6 +150,14 @@ fn invalid_option_values() {
         (&["--top-k", "many"], "invalid value 'many'"),
         (&["--draft-tokens", "0"], "must be at least 1"),
         (&["--max-draft-tokens", "0"], "must be at least 1"),
+        (
+            &["--max-draft-tokens", "10000"],
+            "above the largest draft depth, 64",
+        ),
+        (
+            &["--draft-tokens", "99999999999999999999999"],
+            "above the largest draft depth, 64",
+        ),
         (&["--draft-schedule", "fastest"], "invalid value 'fastest'"),
         (&["--dtype", "f8"], "invalid value 'f8'"),
         (
@@ -160,6 +168,20 @@ fn invalid_option_values() {
     ] {
         assert_fails_with(generate_on(&target).args(args).arg("w5"), needle);
     }
+}
+
+#[test]
+fn an_environment_draft_depth_above_the_limit_is_an_error() {
+    // Once a panic ("capacity overflow") with the adaptive schedule.
+    let case = swa();
+    assert_fails_with(
+        generate_on(&case.target())
+            .arg("--draft")
+            .arg(case.assistant())
+            .env("MTP_MAX_DRAFT_TOKENS", "18446744073709551615")
+            .args(["--draft-schedule", "adaptive", "-n", "4", "w5"]),
+        "MTP_MAX_DRAFT_TOKENS = 18446744073709551615 is above the largest draft depth, 64",
+    );
 }
 
 #[test]

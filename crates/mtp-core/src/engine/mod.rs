@@ -66,6 +66,7 @@ use crate::options::{
 };
 use crate::proposer::{MtpChain, Proposer};
 use crate::sampling::SamplerOptions;
+use crate::schedule::ScheduleMemory;
 use crate::{Backend, CoreError};
 
 /// Where the engine reads `MTP_*` environment settings from.
@@ -140,6 +141,7 @@ pub struct Engine<'m, B: Backend> {
     rules: AcceptanceRules,
     env: EnvLookup,
     overlap: EvalOverlap,
+    schedules: ScheduleMemory,
 }
 
 /// What the engine drafts with: borrowed, so an engine is cheap to clone and drops nothing.
@@ -189,7 +191,21 @@ impl<'m, B: Backend> Engine<'m, B> {
             rules: AcceptanceRules::default(),
             env: Arc::new(|key| std::env::var(key).ok()),
             overlap: EvalOverlap::default(),
+            schedules: ScheduleMemory::new(),
         }
+    }
+
+    /// Keep the adaptive schedule's learned state in `schedules` (shared with whoever holds a
+    /// clone of it, e.g. the engines of later requests on the same model pair). A new engine
+    /// has a memory of its own; clones of an engine share it.
+    pub fn with_schedule_memory(mut self, schedules: ScheduleMemory) -> Self {
+        self.schedules = schedules;
+        self
+    }
+
+    /// Where the adaptive schedule's learned state is kept.
+    pub fn schedule_memory(&self) -> &ScheduleMemory {
+        &self.schedules
     }
 
     /// Use `drafter` for MTP (as an [`MtpChain`]).
@@ -224,14 +240,20 @@ impl<'m, B: Backend> Engine<'m, B> {
         self
     }
 
-    /// The MTP options a request resolves to (model defaults, then environment, then request).
+    /// The MTP options a request resolves to (model defaults, then environment, then request),
+    /// with the draft depths clamped to the target's context: a round verifies `current` and
+    /// its drafts in one forward, so at most `max_context - 1` drafts fit.
     pub fn mtp_options(&self, request: &GenerateRequest) -> Result<MtpOptions, CoreError> {
         let env = self.env.clone();
-        MtpOptions::resolve(
+        let mut options = MtpOptions::resolve(
             &self.target.mtp_defaults(),
             &move |k| env(k),
             &request.draft,
-        )
+        )?;
+        let room = self.target.max_context().saturating_sub(1).max(1);
+        options.max_draft_tokens = options.max_draft_tokens.min(room);
+        options.initial_draft_tokens = options.initial_draft_tokens.min(options.max_draft_tokens);
+        Ok(options)
     }
 
     /// How a request will be decoded.
@@ -323,7 +345,8 @@ impl<'m, B: Backend> Engine<'m, B> {
                     self.rules,
                     mode,
                     self.overlap,
-                );
+                )
+                .keep_schedule_in(&self.schedules, kind.name());
                 run.stats.proposer = kind;
                 run.run()?;
                 let stats = run.into_stats();

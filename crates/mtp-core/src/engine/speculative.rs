@@ -9,7 +9,9 @@ use crate::acceptance::{AcceptanceRules, RoundEnd, Verdict};
 use crate::options::{DecodeMode, MtpOptions, ValidationMode};
 use crate::proposer::{DraftMode, ProposerRun, RoundContext};
 use crate::sampling::Distribution;
-use crate::schedule::{new_schedule, DraftSchedule, RoundReport};
+use crate::schedule::{
+    new_schedule, DraftSchedule, RoundRecord, RoundReport, ScheduleKey, ScheduleMemory,
+};
 use crate::Backend;
 
 /// One round's proposal.
@@ -78,6 +80,26 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         }
     }
 
+    /// Keep the schedule's learned state in `schedules`, under the key of this run
+    /// (`proposer`'s name, the backend, the decode mode, the validation, the overlap): an
+    /// adaptive schedule then starts where earlier requests with the same key left off.
+    pub fn keep_schedule_in(mut self, schedules: &ScheduleMemory, proposer: &str) -> Self {
+        let key = ScheduleKey {
+            proposer: proposer.to_string(),
+            backend: self.session.backend.name(),
+            mode: self.mode,
+            validation: self.validation(),
+            overlap: self.overlap,
+        };
+        self.schedule = schedules.schedule(
+            &key,
+            self.options.schedule,
+            self.options.initial_draft_tokens,
+            self.options.max_draft_tokens,
+        );
+        self
+    }
+
     pub fn into_stats(self) -> MtpStats {
         let mut stats = self.stats;
         stats.target_duration += self.session.target_time;
@@ -114,6 +136,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         while !self.session.is_done() && !self.session.cancelled() {
             let started = Instant::now();
             let validation = self.validation();
+            let planned = self.schedule.depth();
             let depth = self.depth(validation, self.session.remaining());
             // Early drafts serve only the round they were built for.
             let early_drafts = early
@@ -133,7 +156,13 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                 // like a drafting round: up to the verdict, before emission.
                 let next = self.session.plain_token()?;
                 self.history.push(next);
-                self.end_round(0, 0, started.elapsed());
+                self.end_round(RoundReport {
+                    planned,
+                    drafted: 0,
+                    judged: 0,
+                    accepted: 0,
+                    elapsed: started.elapsed(),
+                });
                 self.session.emit(next);
                 continue;
             };
@@ -153,11 +182,18 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             let spent = t0.elapsed();
             let in_target = self.session.target_time - target_before;
             self.stats.validate_duration += spent.saturating_sub(in_target);
-            self.end_round(
-                proposal.depth,
-                verdict.accepted,
-                started.elapsed() + drafted_before,
-            );
+            // Drafts after an accepted EOS were cut, not judged.
+            let judged = match verdict.end {
+                RoundEnd::AcceptedEos => verdict.accepted,
+                RoundEnd::Continue => proposal.depth,
+            };
+            self.end_round(RoundReport {
+                planned,
+                drafted: proposal.depth,
+                judged,
+                accepted: verdict.accepted,
+                elapsed: started.elapsed() + drafted_before,
+            });
             self.commit_history(&verdict, &drafts);
             // The round is committed: its tokens are emitted even if early drafting fails.
             let drafted = if self.overlap {
@@ -171,15 +207,20 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         Ok(())
     }
 
-    /// Count a finished round and report it to the schedule (`elapsed`: from the round's start
-    /// to its verdict, emission excluded).
-    fn end_round(&mut self, depth: usize, accepted: usize, elapsed: Duration) {
-        self.stats.record_round(depth, accepted);
-        self.schedule.observe(&RoundReport {
-            drafted: depth,
-            accepted,
-            elapsed,
+    /// Count a finished round, log it and report it to the schedule (`elapsed`: from the
+    /// round's start to its verdict, emission excluded). A round drafted below the planned
+    /// depth (the token budget, a validation that cannot draft, a proposer with fewer drafts)
+    /// is logged as capped.
+    fn end_round(&mut self, report: RoundReport) {
+        self.stats.record_round(report.drafted, report.accepted);
+        self.stats.round_log.push(RoundRecord {
+            chosen: report.planned,
+            drafted: report.drafted,
+            accepted: report.accepted,
+            secs: report.elapsed.as_secs_f64(),
+            capped: report.drafted < report.planned,
         });
+        self.schedule.observe(&report);
     }
 
     /// With the evaluation overlap: the next round's greedy drafts, built (and their evaluation

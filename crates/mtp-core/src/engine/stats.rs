@@ -6,7 +6,7 @@ use serde::{Serialize, Serializer};
 
 use crate::options::{DecodeMode, SpeculationOff};
 use crate::proposer::ProposerKind;
-use crate::schedule::ScheduleKind;
+use crate::schedule::{RoundRecord, ScheduleKind};
 
 fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
@@ -74,6 +74,9 @@ pub struct MtpStats {
     pub draft_duration: Duration,
     /// Time validating (acceptance, host reads, cache commits).
     pub validate_duration: Duration,
+    /// Every round in order (depth chosen and drafted, accepted, round time); not serialised
+    /// with the statistics (`mtp bench` writes it).
+    pub round_log: Vec<RoundRecord>,
 }
 
 impl Serialize for MtpStats {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use mtp_core::options::{DraftOverrides, ValidationMode};
+use mtp_core::options::{DraftOverrides, ValidationMode, MAX_DRAFT_TOKENS_LIMIT};
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::DType;
@@ -280,10 +280,21 @@ impl From<ScheduleChoice> for ScheduleKind {
     }
 }
 
-fn positive(s: &str) -> Result<usize, String> {
-    match whole::<usize>(s)? {
-        0 => Err("must be at least 1".to_string()),
-        v => Ok(v),
+/// A draft depth: an integer from 1 to [`MAX_DRAFT_TOKENS_LIMIT`].
+fn draft_depth(s: &str) -> Result<usize, String> {
+    let above = || {
+        format!(
+            "above the largest draft depth, {MAX_DRAFT_TOKENS_LIMIT}: use a depth from 1 to \
+             {MAX_DRAFT_TOKENS_LIMIT}"
+        )
+    };
+    let s = s.trim();
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(v) if v > MAX_DRAFT_TOKENS_LIMIT => Err(above()),
+        Ok(v) => Ok(v),
+        Err(_) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => Err(above()),
+        Err(_) => whole::<usize>(s),
     }
 }
 
@@ -306,11 +317,12 @@ pub fn whole<T: std::str::FromStr>(s: &str) -> Result<T, String> {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Speculative decoding")]
 pub struct DraftArgs {
-    /// Draft depth of the first round [default: the model's, else 4].
-    #[arg(long, value_name = "N", value_parser = positive)]
+    /// Draft depth of the first round, 1 to 64 [default: the model's, else 4].
+    #[arg(long, value_name = "N", value_parser = draft_depth)]
     pub draft_tokens: Option<usize>,
-    /// Largest draft depth [default: the model's, else 16].
-    #[arg(long, value_name = "N", value_parser = positive)]
+    /// Largest draft depth, 1 to 64 (also capped by the model's context) [default: the
+    /// model's, else 16].
+    #[arg(long, value_name = "N", value_parser = draft_depth)]
     pub max_draft_tokens: Option<usize>,
     /// How the draft depth changes between rounds [default: constant].
     #[arg(long, value_enum)]

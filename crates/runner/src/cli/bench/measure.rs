@@ -12,8 +12,9 @@ use mtp_core::Backend;
 use runner::Pipeline;
 
 use super::plan::{EosPolicy, Pass, Plan};
+use super::rounds::RoundLog;
 use super::timed::{ClockReading, ModelClock, TimedDrafter, TimedTarget};
-use super::variant::Variant;
+use super::variant::{Decode, Variant};
 
 /// Totals of one variant over the prompt set in one measured pass.
 #[derive(Debug, Clone, Default)]
@@ -98,6 +99,8 @@ pub struct VariantRecord {
     pub tokens: Vec<Vec<u32>>,
     /// Whether every pass produced the same tokens for every prompt.
     pub repeatable: bool,
+    /// Every round of the measured passes (kept per request for varying schedules).
+    pub rounds: RoundLog,
 }
 
 /// The inputs shared by every generation of a run.
@@ -200,6 +203,7 @@ pub fn run_passes<B: Backend>(
                 };
                 totals.add(&response, &clock.read());
                 record.acceptance.add(&response);
+                record.rounds.add(&response, rep, p);
                 if rep == 0 {
                     record.tokens.push(response.tokens);
                 } else if record.tokens.get(p) != Some(&response.tokens) {
@@ -237,5 +241,9 @@ fn new_record<B: Backend>(
         acceptance: Acceptance::default(),
         tokens: Vec::new(),
         repeatable: true,
+        rounds: RoundLog::new(matches!(
+            variant.decode,
+            Decode::Schedule(kind) if kind != ScheduleKind::Constant
+        )),
     })
 }

@@ -8,6 +8,7 @@ mod host;
 mod measure;
 mod plan;
 mod report;
+mod rounds;
 mod spread;
 mod table;
 mod timed;
@@ -30,7 +31,7 @@ use self::args::BenchArgs;
 use self::cost::CostModels;
 use self::measure::{deepest_draft, run_passes, timed_engine, Workload};
 use self::plan::Plan;
-use self::report::{Context, Report, Setup};
+use self::report::{Context, ControllerReport, Report, Setup};
 use self::timed::{ModelClock, TimedDrafter, TimedTarget};
 use super::backend::{with_backend, AnyBackend};
 use super::console;
@@ -147,12 +148,19 @@ fn run_on<B: Backend>(
         quick: plan.quick,
         model_clock: plan.model_clock,
     };
-    Ok(Report::build(
+    let mut report = Report::build(
         Context { plan, setup },
         &records,
         &cost,
         host::peak_rss_bytes(),
-    ))
+    );
+    report.controllers = engine
+        .schedule_memory()
+        .snapshot()
+        .into_iter()
+        .map(|(key, state)| ControllerReport { key, state })
+        .collect();
+    Ok(report)
 }
 
 /// Fail now, not after the benchmark, when the JSON report cannot be written to `path`: open it

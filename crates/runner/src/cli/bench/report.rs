@@ -6,13 +6,14 @@ use std::time::Duration;
 use mtp_core::engine::EvalOverlap;
 use mtp_core::options::DecodeMode;
 use mtp_core::sampling::SamplerOptions;
-use mtp_core::schedule::ScheduleKind;
+use mtp_core::schedule::{ControllerSnapshot, ScheduleKey, ScheduleKind};
 use serde::Serialize;
 
 use super::cost::CostSamples;
 use super::host::Machine;
 use super::measure::{PassTotals, VariantRecord};
 use super::plan::{EosPolicy, Plan};
+use super::rounds::{DepthRounds, RequestRounds};
 use super::spread::{ratio, Spread};
 use super::timed::ClockMode;
 use super::variant::{Decode, Variant};
@@ -41,6 +42,18 @@ pub struct Report {
     pub best_fixed_depth: Option<usize>,
     /// Peak resident set size of the process in bytes (`null` where unavailable).
     pub peak_rss_bytes: Option<u64>,
+    /// The adaptive schedule's learned state at the end of the run, per key (one controller
+    /// served every request of the adaptive variant, warm-up passes included).
+    pub controllers: Vec<ControllerReport>,
+}
+
+/// One adaptive controller's state at the end of the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ControllerReport {
+    /// Whose state it is (proposer, backend, decode mode, validation, overlap).
+    pub key: ScheduleKey,
+    /// What it learned.
+    pub state: ControllerSnapshot,
 }
 
 /// The run's settings.
@@ -149,6 +162,14 @@ pub struct VariantReport {
     pub greedy_match: Option<bool>,
     /// Every pass produced the same tokens.
     pub repeatable: bool,
+    /// Round seconds by drafted depth, over the rounds that drafted the depth the schedule
+    /// chose (MTP variants; depth 0 = plain rounds).
+    pub round_secs_by_depth: Vec<DepthRounds>,
+    /// Rounds the engine drafted below the chosen depth (the token budget).
+    pub capped_rounds: usize,
+    /// Heuristic and adaptive schedules: every round of every measured request (depth chosen,
+    /// drafted, accepted, round seconds, capped); `null` for the other variants.
+    pub round_log: Option<Vec<RequestRounds>>,
 }
 
 /// Inputs of [`Report::build`] that are not measurements.
@@ -279,6 +300,7 @@ impl Report {
             greedy_identical,
             best_fixed_depth: best.map(|(k, _)| k),
             peak_rss_bytes,
+            controllers: Vec::new(),
         }
     }
 }
@@ -333,6 +355,9 @@ fn variant_report(
         drafter_secs_per_round: spread_of(&r.passes, |p| per_round(p, p.drafter_time)),
         greedy_match,
         repeatable: r.repeatable,
+        round_secs_by_depth: r.rounds.by_depth(),
+        capped_rounds: r.rounds.capped,
+        round_log: r.rounds.keep_requests.then(|| r.rounds.requests.clone()),
     }
 }
 
@@ -370,6 +395,7 @@ mod tests {
             acceptance,
             tokens: Vec::new(),
             repeatable: true,
+            rounds: Default::default(),
         }
     }
 

@@ -100,6 +100,8 @@ pub fn render(r: &Report) -> String {
             .collect();
         let _ = writeln!(s, "  {:<14} {}", v.name, cells.join(" "));
     }
+    round_lines(&mut s, r);
+    controller_lines(&mut s, r);
     let twins: Vec<&VariantReport> = r
         .variants
         .iter()
@@ -140,6 +142,66 @@ pub fn render(r: &Report) -> String {
         )
     );
     s
+}
+
+/// For the varying schedules: how many rounds drafted each depth and their median round time.
+fn round_lines(s: &mut String, r: &Report) {
+    let varying: Vec<&VariantReport> = r
+        .variants
+        .iter()
+        .filter(|v| v.round_log.is_some())
+        .collect();
+    if varying.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nrounds by drafted depth (depth:rounds@median ms; capped rounds apart):"
+    );
+    for v in varying {
+        let cells: Vec<String> = v
+            .round_secs_by_depth
+            .iter()
+            .map(|d| format!("{}:{}@{}", d.depth, d.rounds, ms(d.secs)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  {:<14} {} | capped {}",
+            v.name,
+            cells.join(" "),
+            v.capped_rounds
+        );
+    }
+}
+
+/// What each adaptive controller learned by the end of the run.
+fn controller_lines(s: &mut String, r: &Report) {
+    for c in &r.controllers {
+        let rates: Vec<String> = c
+            .state
+            .acceptance
+            .iter()
+            .map(|a| format!("{a:.2}"))
+            .collect();
+        let costs: Vec<String> = c
+            .state
+            .cost_secs
+            .iter()
+            .map(|x| opt(x.map(|x| x * 1e3), 2))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\nadaptive controller ({}, {:?}): next depth {}, frontier {}, probe every {}\n  \
+             acceptance a_j  {}\n  round ms by depth {}",
+            c.key.proposer,
+            c.key.mode,
+            c.state.planned,
+            c.state.frontier,
+            c.state.probe_interval,
+            rates.join(" "),
+            costs.join(" ")
+        );
+    }
 }
 
 fn cost_lines(s: &mut String, r: &Report) {

@@ -1,0 +1,386 @@
+//! The cost-aware depth controller (after ollama's HEAD `speculate_depth.go`, rewritten): the
+//! depth, 0 included, with the most expected committed tokens per second of round time.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::estimates::{AcceptanceModel, CostModel};
+use super::{DraftSchedule, RoundReport};
+use crate::options::MAX_DRAFT_TOKENS_LIMIT;
+
+/// Rounds between probes right after the choice changed.
+const PROBE_INTERVAL_MIN: u32 = 4;
+/// Largest number of rounds between probes (the backoff's cap).
+const PROBE_INTERVAL_MAX: u32 = 256;
+/// The depth a probe drafts from plain decode: 2, not 1, because drafting has a fixed cost (the
+/// first draft step, the wider verify) that one accepted draft may not repay while two do; a
+/// probe at 2 refreshes both positions. From a drafting depth `d` the probe is `d + 1`.
+const PROBE_FROM_PLAIN: usize = 2;
+/// How far past the acceptance frontier the controller looks (the positions past it are
+/// scored on the rates of measured positions, never on an optimistic guess).
+const REACH_PAST_FRONTIER: usize = 2;
+/// Standard errors added to each acceptance rate for the optimistic score that decides the
+/// probe backoff: a probed depth that would beat the best at these rates is probed again at the
+/// same interval (a choice that early noise tipped the wrong way is re-examined until the
+/// evidence settles it); one that loses even then doubles the interval.
+const CONFIDENCE_Z: f64 = 2.0;
+
+/// The controller's learned state: acceptance per position, cost per depth, the probe cadence
+/// and the depth planned for the next round. It outlives requests (see
+/// [`ScheduleMemory`](super::ScheduleMemory)), so a request starts at the depth the previous
+/// ones proved out instead of re-learning from nothing.
+///
+/// **Objective.** Over depths `N` in `0..=R`, choose the one maximising `E(N) / cost(N)`, where
+/// `E(N) = 1 + Σ_{k=1..N} Π_{j≤k} a_j` is the expected number of tokens a round commits (the
+/// accepted drafts plus the correction or bonus token), `a_j` the conditional acceptance of
+/// position `j` ([`AcceptanceModel`]) and `cost(N)` the measured wall time of a round at depth
+/// `N` ([`CostModel`]). Depth 0 is plain decode: `E(0) = 1`, so drafting is chosen only when it
+/// beats plain decode's measured rate. Ties go to the smaller depth.
+///
+/// **Reach.** `R = min(limit, frontier + 2)`: the request's limit (its `max_draft_tokens`,
+/// clamped to the context) and two past the deepest position whose acceptance is trusted
+/// (10 samples), so the depth climbs as acceptance is measured instead of leaping deep on a
+/// guess; the untrusted positions are scored on measured rates (see [`AcceptanceModel`]).
+///
+/// **Exploration.** Every depth in `0..=R` is played until its cost is measured (two rounds),
+/// shallowest first; a new depth enters when the frontier advances. Afterwards the controller
+/// plays the best depth and, every `interval` rounds, probes one round, alternately above it
+/// (`best + 1`, within `R`; 2 from depth 0: the first draft carries the fixed cost of drafting,
+/// so a pair where only two drafts pay is still found) and below it (`best − 1`, which keeps the
+/// neighbour's cost fresh and plain decode's when the best is 1). The interval starts at 4 and resets to 4 when the choice
+/// changes. After a probe it doubles, up to 256, when the probed depth loses to the best even
+/// with every acceptance rate at its upper confidence bound (+2 standard errors); otherwise it
+/// holds, so a choice that early noise tipped the wrong way (say, to plain decode) is
+/// re-examined until the evidence settles it. When drafting does not pay the controller settles
+/// on 0 and spends one round in 256 re-checking depth 2.
+///
+/// **What it learns from.** Acceptance from every round that drafted (positions the target
+/// judged); cost only from rounds that drafted exactly the planned depth — a round the engine
+/// cut short (the token budget, or a validation that cannot draft) is not a sample of the
+/// planned depth's cost and is not fed to the cost model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DepthController {
+    accept: AcceptanceModel,
+    cost: CostModel,
+    planned: usize,
+    interval: u32,
+    since_probe: u32,
+    best: usize,
+    probed: Option<usize>,
+    /// Whether the next probe goes below the best depth (probes alternate up and down).
+    probe_down: bool,
+}
+
+impl Default for DepthController {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What a [`DepthController`] believes now (for reports and benchmarks).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ControllerSnapshot {
+    /// The depth planned for the next round (before the request's limit).
+    pub planned: usize,
+    /// The deepest trusted acceptance position.
+    pub frontier: usize,
+    /// The acceptance rates `a_1..` used by the objective (up to the frontier + 1).
+    pub acceptance: Vec<f64>,
+    /// Acceptance samples per position (same length).
+    pub acceptance_samples: Vec<u64>,
+    /// Measured round seconds per depth `0..` (up to the deepest measured; `null` where not).
+    pub cost_secs: Vec<Option<f64>>,
+    /// Rounds between probes now.
+    pub probe_interval: u32,
+}
+
+impl DepthController {
+    /// A controller that knows nothing: it starts at depth 0.
+    pub fn new() -> Self {
+        Self {
+            accept: AcceptanceModel::new(MAX_DRAFT_TOKENS_LIMIT),
+            cost: CostModel::new(MAX_DRAFT_TOKENS_LIMIT),
+            planned: 0,
+            interval: PROBE_INTERVAL_MIN,
+            since_probe: 0,
+            best: 0,
+            probed: None,
+            probe_down: false,
+        }
+    }
+
+    /// The depth for the next round under `limit` (at most `limit`).
+    pub fn planned(&self, limit: usize) -> usize {
+        self.planned.min(limit)
+    }
+
+    /// Learn from a finished round and plan the next one under `limit`.
+    pub fn observe(&mut self, report: &RoundReport, limit: usize) {
+        if report.drafted > 0 {
+            self.accept
+                .observe(report.judged.min(report.drafted), report.accepted);
+        }
+        if report.drafted == report.planned {
+            self.cost
+                .observe(report.drafted, report.elapsed.as_secs_f64());
+        }
+        self.planned = self.plan(limit);
+    }
+
+    /// The deepest depth considered under `limit`: two past the acceptance frontier.
+    fn reach(&self, limit: usize) -> usize {
+        limit
+            .min(MAX_DRAFT_TOKENS_LIMIT)
+            .min(self.accept.frontier() + REACH_PAST_FRONTIER)
+    }
+
+    /// The measured best depth within `0..=reach`, over the depths whose cost is measured
+    /// (0 before depth 0 is measured).
+    pub fn best_depth(&self, limit: usize) -> usize {
+        let scores = self.scores(limit, &self.accept.rates());
+        let mut best = 0;
+        for (n, score) in scores.iter().enumerate() {
+            if score.is_some_and(|s| scores[best].is_none_or(|b| s > b)) {
+                best = n;
+            }
+        }
+        best
+    }
+
+    /// The objective `E(n) / cost(n)` under acceptance `rates` for `n` in `0..=reach` (`None`
+    /// where the cost is not measured).
+    fn scores(&self, limit: usize, rates: &[f64]) -> Vec<Option<f64>> {
+        let reach = self.reach(limit);
+        let (mut expected, mut survive) = (1.0, 1.0);
+        (0..=reach)
+            .map(|n| {
+                if n > 0 {
+                    survive *= rates[n - 1];
+                    expected += survive;
+                }
+                self.cost.get(n).map(|cost| expected / cost)
+            })
+            .collect()
+    }
+
+    /// The next round's depth: an unmeasured depth within reach (shallowest first), else a
+    /// probe when one is due, else the best depth.
+    fn plan(&mut self, limit: usize) -> usize {
+        let reach = self.reach(limit);
+        if let Some(unmeasured) = (0..=reach).find(|&d| self.cost.get(d).is_none()) {
+            return unmeasured;
+        }
+        let best = self.best_depth(limit);
+        if best != self.best {
+            self.best = best;
+            self.interval = PROBE_INTERVAL_MIN;
+            self.since_probe = 0;
+        } else if let Some(probe) = self.probed.take() {
+            // Back off only when the probe's depth loses even on optimistic acceptance: while
+            // it might still win, probe it again soon.
+            let optimistic = self.scores(limit, &self.accept.optimistic_rates(CONFIDENCE_Z));
+            let best_score = self.scores(limit, &self.accept.rates())[best];
+            let might_win = match (optimistic.get(probe).copied().flatten(), best_score) {
+                (Some(p), Some(b)) => p >= b,
+                _ => false,
+            };
+            self.interval = if might_win {
+                self.interval
+            } else {
+                (self.interval * 2).min(PROBE_INTERVAL_MAX)
+            };
+        }
+        self.since_probe += 1;
+        if self.since_probe >= self.interval {
+            self.since_probe = 0;
+            self.probe_down = !self.probe_down;
+            let up = match best {
+                0 => PROBE_FROM_PLAIN,
+                d => d + 1,
+            }
+            .min(reach);
+            let probe = match best.checked_sub(1) {
+                Some(down) if self.probe_down || up == best => down,
+                _ => up,
+            };
+            if probe != best {
+                self.probed = Some(probe);
+                return probe;
+            }
+        }
+        best
+    }
+
+    /// What the controller believes now.
+    pub fn snapshot(&self) -> ControllerSnapshot {
+        let frontier = self.accept.frontier();
+        let shown = (frontier + 1).min(MAX_DRAFT_TOKENS_LIMIT);
+        let mut cost_secs = self.cost.curve();
+        let measured = cost_secs
+            .iter()
+            .rposition(Option::is_some)
+            .map_or(0, |d| d + 1);
+        cost_secs.truncate(measured);
+        ControllerSnapshot {
+            planned: self.planned,
+            frontier,
+            acceptance: self.accept.rates()[..shown].to_vec(),
+            acceptance_samples: self.accept.samples()[..shown].to_vec(),
+            cost_secs,
+            probe_interval: self.interval,
+        }
+    }
+}
+
+/// A controller shared by the requests of one [`ScheduleKey`](super::ScheduleKey).
+pub type SharedController = Arc<Mutex<DepthController>>;
+
+/// The adaptive [`DraftSchedule`] of one request: a handle on a (possibly shared)
+/// [`DepthController`] and the request's depth limit.
+#[derive(Clone, Debug)]
+pub struct AdaptiveSchedule {
+    controller: SharedController,
+    limit: usize,
+}
+
+impl AdaptiveSchedule {
+    /// A schedule with a fresh controller of its own, at most `max` drafts a round.
+    pub fn new(max: usize) -> Self {
+        Self::with_controller(SharedController::default(), max)
+    }
+
+    /// A schedule on `controller` (learned state shared with other requests), at most `max`
+    /// drafts a round.
+    pub fn with_controller(controller: SharedController, max: usize) -> Self {
+        Self {
+            controller,
+            limit: max.min(MAX_DRAFT_TOKENS_LIMIT),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut DepthController) -> T) -> T {
+        // A panic elsewhere while holding the lock leaves estimates that are still numbers.
+        let mut guard = self
+            .controller
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        f(&mut guard)
+    }
+
+    /// What the controller believes now.
+    pub fn snapshot(&self) -> ControllerSnapshot {
+        self.with(|c| c.snapshot())
+    }
+
+    /// The best depth under the current estimates (no probe, no warm-up).
+    pub fn best_depth(&self) -> usize {
+        let limit = self.limit;
+        self.with(|c| c.best_depth(limit))
+    }
+}
+
+impl DraftSchedule for AdaptiveSchedule {
+    fn depth(&mut self) -> usize {
+        let limit = self.limit;
+        self.with(|c| c.planned(limit))
+    }
+
+    fn observe(&mut self, report: &RoundReport) {
+        let limit = self.limit;
+        self.with(|c| c.observe(report, limit));
+    }
+
+    fn max_depth(&self) -> usize {
+        self.limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn round(planned: usize, drafted: usize, accepted: usize, ms: u64) -> RoundReport {
+        RoundReport {
+            planned,
+            drafted,
+            judged: drafted,
+            accepted,
+            elapsed: Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn starts_at_zero_and_measures_each_depth_within_reach() {
+        let mut s = AdaptiveSchedule::new(16);
+        let mut played = Vec::new();
+        for _ in 0..4 {
+            let d = s.depth();
+            played.push(d);
+            s.observe(&round(d, d, d, 10));
+        }
+        // Depth 0 twice (its cost), then depth 1 twice (position 1 is not trusted yet, so the
+        // reach is 1).
+        assert_eq!(played, vec![0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn budget_capped_rounds_teach_acceptance_but_not_cost() {
+        let mut c = DepthController::new();
+        c.observe(&round(0, 0, 0, 10), 8);
+        c.observe(&round(0, 0, 0, 10), 8);
+        assert_eq!(c.planned(8), 1);
+        // Planned 1, but the budget left room for none: a plain round, not depth 1's cost,
+        // and not depth 0's either.
+        c.observe(&round(1, 0, 0, 3), 8);
+        let snap = c.snapshot();
+        assert_eq!(snap.cost_secs, vec![Some(0.010)]);
+        assert_eq!(snap.acceptance_samples, vec![0]);
+        c.observe(&round(4, 2, 2, 50), 8);
+        assert_eq!(c.snapshot().acceptance_samples, vec![1]);
+        assert_eq!(c.snapshot().cost_secs, vec![Some(0.010)]);
+    }
+
+    #[test]
+    fn the_limit_bounds_every_depth() {
+        let mut s = AdaptiveSchedule::new(2);
+        for _ in 0..200 {
+            let d = s.depth();
+            assert!(d <= 2);
+            s.observe(&round(d, d, d, 10));
+        }
+        assert_eq!(
+            s.best_depth(),
+            2,
+            "all accepted at a flat cost: as deep as allowed"
+        );
+        assert_eq!(
+            AdaptiveSchedule::new(usize::MAX).max_depth(),
+            MAX_DRAFT_TOKENS_LIMIT
+        );
+        let mut zero = AdaptiveSchedule::new(0);
+        for _ in 0..10 {
+            assert_eq!(zero.depth(), 0);
+            zero.observe(&round(0, 0, 0, 10));
+        }
+    }
+
+    #[test]
+    fn state_is_shared_through_the_controller() {
+        let shared = SharedController::default();
+        let mut first = AdaptiveSchedule::with_controller(shared.clone(), 8);
+        for _ in 0..100 {
+            let d = first.depth();
+            first.observe(&round(d, d, d, 10));
+        }
+        let learned = first.depth();
+        assert!(learned > 1);
+        let mut second = AdaptiveSchedule::with_controller(shared, 8);
+        assert_eq!(
+            second.depth(),
+            learned,
+            "a new request starts where the last one left off"
+        );
+        let mut fresh = AdaptiveSchedule::new(8);
+        assert_eq!(fresh.depth(), 0);
+    }
+}

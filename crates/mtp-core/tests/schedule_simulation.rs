@@ -1,0 +1,296 @@
+//! The adaptive schedule against synthetic worlds: a cost per depth, a conditional acceptance
+//! per draft position, timing noise and host stalls. Each case runs the controller for a few
+//! thousand simulated rounds (no model, no clock: pure and fast) and compares the tokens per
+//! simulated second it achieves with the best fixed depth, computed exactly from the same
+//! world. A controller that chose by acceptance alone, or by cost alone, fails these.
+
+use std::time::Duration;
+
+use mtp_core::schedule::{AdaptiveSchedule, DraftSchedule, RoundReport};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// A synthetic decoding world.
+struct World {
+    /// Mean seconds of a round at depth `n` (before noise and stalls).
+    cost: Box<dyn Fn(usize) -> f64>,
+    /// Conditional acceptance of draft position `j` (from 1) in round `r` (from 0).
+    accept: Box<dyn Fn(usize, usize) -> f64>,
+    /// Relative timing noise: each round's time is multiplied by `1 ± noise/2` (uniform).
+    noise: f64,
+    /// Host stalls: with this probability a round takes `stall_factor` times longer.
+    stall_probability: f64,
+    /// How much longer a stalled round takes.
+    stall_factor: f64,
+}
+
+impl World {
+    fn new(
+        cost: impl Fn(usize) -> f64 + 'static,
+        accept: impl Fn(usize, usize) -> f64 + 'static,
+    ) -> Self {
+        Self {
+            cost: Box::new(cost),
+            accept: Box::new(accept),
+            noise: 0.06,
+            stall_probability: 0.0,
+            stall_factor: 1.0,
+        }
+    }
+
+    /// Expected wall time of a round at depth `n` (stalls included).
+    fn mean_cost(&self, n: usize) -> f64 {
+        (self.cost)(n) * (1.0 + self.stall_probability * (self.stall_factor - 1.0))
+    }
+
+    /// Expected tokens per second at fixed depth `n` in round `r`'s acceptance.
+    fn fixed_rate(&self, n: usize, r: usize) -> f64 {
+        let (mut expected, mut survive) = (1.0, 1.0);
+        for j in 1..=n {
+            survive *= (self.accept)(j, r);
+            expected += survive;
+        }
+        expected / self.mean_cost(n)
+    }
+
+    /// The best fixed depth in `0..=max` for round `r`'s acceptance, and its rate.
+    fn best_fixed(&self, max: usize, r: usize) -> (usize, f64) {
+        (0..=max)
+            .map(|n| (n, self.fixed_rate(n, r)))
+            .fold((0, 0.0), |best, x| if x.1 > best.1 { x } else { best })
+    }
+}
+
+/// What a simulated run did, round by round.
+struct Run {
+    depths: Vec<usize>,
+    tokens: Vec<usize>,
+    secs: Vec<f64>,
+}
+
+impl Run {
+    /// Tokens per second over rounds `range`.
+    fn rate(&self, range: std::ops::Range<usize>) -> f64 {
+        let tokens: usize = self.tokens[range.clone()].iter().sum();
+        let secs: f64 = self.secs[range].iter().sum();
+        tokens as f64 / secs
+    }
+
+    /// The share of rounds in `range` played at `depth`.
+    fn share(&self, range: std::ops::Range<usize>, depth: usize) -> f64 {
+        let n = range.len() as f64;
+        self.depths[range].iter().filter(|&&d| d == depth).count() as f64 / n
+    }
+
+    fn median_depth(&self, range: std::ops::Range<usize>) -> usize {
+        let mut d = self.depths[range].to_vec();
+        d.sort_unstable();
+        d[d.len() / 2]
+    }
+}
+
+/// Run `schedule` for `rounds` rounds in `world`.
+fn simulate(schedule: &mut dyn DraftSchedule, world: &World, rounds: usize, seed: u64) -> Run {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut run = Run {
+        depths: Vec::with_capacity(rounds),
+        tokens: Vec::with_capacity(rounds),
+        secs: Vec::with_capacity(rounds),
+    };
+    for r in 0..rounds {
+        let d = schedule.depth();
+        assert!(d <= schedule.max_depth());
+        let accepted = (1..=d)
+            .take_while(|&j| rng.random::<f64>() < (world.accept)(j, r))
+            .count();
+        let mut secs = (world.cost)(d) * (1.0 + world.noise * (rng.random::<f64>() - 0.5));
+        if rng.random::<f64>() < world.stall_probability {
+            secs *= world.stall_factor;
+        }
+        schedule.observe(&RoundReport {
+            planned: d,
+            drafted: d,
+            judged: d,
+            accepted,
+            elapsed: Duration::from_secs_f64(secs),
+        });
+        run.depths.push(d);
+        run.tokens.push(accepted + 1);
+        run.secs.push(secs);
+    }
+    run
+}
+
+const SEEDS: [u64; 6] = [1, 2, 3, 4, 5, 6];
+
+/// The default pair on candle-cpu (BENCHMARKS.md): t_v(w) in ms for w = 1..17, t_d = 2.663 ms,
+/// 77 % conditional acceptance at every position; every round `slowdown` times slower.
+fn default_pair(slowdown: f64) -> World {
+    const T_V: [f64; 17] = [
+        6.844, 10.129, 9.821, 10.504, 11.061, 11.617, 12.317, 12.031, 11.974, 13.224, 14.435,
+        13.965, 14.608, 13.653, 15.488, 15.792, 16.650,
+    ];
+    World::new(
+        move |n| slowdown * 1e-3 * (T_V[n] + 2.663 * n as f64),
+        |_, _| 0.77,
+    )
+}
+
+/// Asserts `achieved ≥ floor × best` with a readable message.
+fn assert_rate(case: &str, seed: u64, achieved: f64, best: (usize, f64), floor: f64) {
+    let ratio = achieved / best.1;
+    assert!(
+        ratio >= floor,
+        "{case}, seed {seed}: {achieved:.2} tok/s is {ratio:.3} of the best fixed depth \
+         {} ({:.2} tok/s); needs {floor}",
+        best.0,
+        best.1
+    );
+}
+
+#[test]
+fn flat_cost_and_high_acceptance_go_deep() {
+    // Verification nearly free per extra token (a bandwidth-bound forward), 90 % acceptance.
+    let world = World::new(|n| 0.010 * (1.0 + 0.02 * n as f64), |_, _| 0.9);
+    let best = world.best_fixed(16, 0);
+    assert!(best.0 >= 12, "the world's optimum is deep: {best:?}");
+    for seed in SEEDS {
+        let mut s = AdaptiveSchedule::new(16);
+        let run = simulate(&mut s, &world, 3000, seed);
+        assert!(run.median_depth(1500..3000) >= 10, "seed {seed}");
+        assert_rate(
+            "flat cost, steady state",
+            seed,
+            run.rate(1500..3000),
+            best,
+            0.95,
+        );
+        assert_rate("flat cost, whole run", seed, run.rate(0..3000), best, 0.85);
+    }
+}
+
+#[test]
+fn steep_cost_stays_shallow() {
+    // Each draft costs 80 % of a plain round: only depth 1 barely pays at 90 % acceptance.
+    let world = World::new(|n| 0.010 * (1.0 + 0.8 * n as f64), |_, _| 0.9);
+    let best = world.best_fixed(16, 0);
+    assert!(best.0 <= 2, "{best:?}");
+    for seed in SEEDS {
+        let mut s = AdaptiveSchedule::new(16);
+        let run = simulate(&mut s, &world, 2000, seed);
+        assert!(run.median_depth(500..2000) <= 2, "seed {seed}");
+        assert_rate("steep cost", seed, run.rate(500..2000), best, 0.97);
+        assert_rate("steep cost, whole run", seed, run.rate(0..2000), best, 0.95);
+    }
+}
+
+#[test]
+fn acceptance_that_never_pays_settles_on_plain_decode() {
+    // 5 % acceptance: no depth beats plain decode.
+    let world = World::new(|n| 0.010 * (1.0 + 0.3 * n as f64), |_, _| 0.05);
+    let best = world.best_fixed(16, 0);
+    assert_eq!(best.0, 0);
+    for seed in SEEDS {
+        let mut s = AdaptiveSchedule::new(16);
+        let run = simulate(&mut s, &world, 2000, seed);
+        assert!(run.share(500..2000, 0) >= 0.98, "seed {seed}");
+        // The probing overhead: within 1 % of plain decode in steady state, 2 % overall.
+        assert_rate(
+            "never pays, steady state",
+            seed,
+            run.rate(500..2000),
+            best,
+            0.99,
+        );
+        assert_rate("never pays, whole run", seed, run.rate(0..2000), best, 0.98);
+    }
+}
+
+#[test]
+fn falling_acceptance_is_followed() {
+    // 90 % acceptance for 1500 rounds, then 30 %, at a moderate cost per draft.
+    let world = World::new(
+        |n| 0.010 * (1.0 + 0.05 * n as f64),
+        |_, r| if r < 1500 { 0.9 } else { 0.3 },
+    );
+    let before = world.best_fixed(16, 0);
+    let after = world.best_fixed(16, 1500);
+    assert!(before.0 > after.0 + 3, "{before:?} {after:?}");
+    for seed in SEEDS {
+        let mut s = AdaptiveSchedule::new(16);
+        let run = simulate(&mut s, &world, 3000, seed);
+        assert_rate("drift, before", seed, run.rate(750..1500), before, 0.93);
+        assert!(run.median_depth(1700..3000) <= after.0 + 1, "seed {seed}");
+        assert_rate("drift, after", seed, run.rate(1700..3000), after, 0.95);
+    }
+}
+
+#[test]
+fn host_stalls_do_not_make_it_thrash() {
+    // The default pair on candle-cpu (BENCHMARKS.md): t_v(w) and t_d = 2.663 ms, 77 %
+    // conditional acceptance; 3 % of rounds stall 6x (a page fault storm, another process).
+    let mut world = default_pair(1.0);
+    world.stall_probability = 0.03;
+    world.stall_factor = 6.0;
+    let best = world.best_fixed(16, 0);
+    assert!(best.0 == 2 || best.0 == 3, "{best:?}");
+    for seed in SEEDS {
+        let mut s = AdaptiveSchedule::new(16);
+        // Long enough that the stalls' own randomness averages out (about ±1 %).
+        let run = simulate(&mut s, &world, 10_000, seed);
+        assert!(
+            run.share(500..10_000, 0) <= 0.04,
+            "seed {seed}: {} of the rounds fell back to depth 0",
+            run.share(500..10_000, 0)
+        );
+        assert_rate("stalls", seed, run.rate(500..10_000), best, 0.97);
+        assert!(
+            run.rate(500..10_000) > world.fixed_rate(0, 0),
+            "seed {seed}: beats plain"
+        );
+    }
+}
+
+#[test]
+fn the_default_pair_profile_beats_plain_decode() {
+    // The same costs without stalls: the margin over plain decode is only ~7 % at the best
+    // depth, so the controller must find it and not pay it back in probes.
+    let world = default_pair(1.0);
+    let best = world.best_fixed(16, 0);
+    let plain = world.fixed_rate(0, 0);
+    for seed in SEEDS {
+        let mut s = AdaptiveSchedule::new(16);
+        let run = simulate(&mut s, &world, 2000, seed);
+        assert_rate("default pair", seed, run.rate(300..2000), best, 0.98);
+        assert!(
+            run.rate(0..2000) >= 0.98 * plain,
+            "seed {seed}: the first 2000 rounds"
+        );
+    }
+}
+
+#[test]
+fn a_machine_load_change_does_not_move_the_choice() {
+    // Another process halves the speed of every depth for rounds 1000-2000: the best depth is
+    // the same at any load, so the controller must stay there instead of chasing the depths it
+    // measured at the old load.
+    let world = default_pair(1.0);
+    let best = world.best_fixed(16, 0);
+    for seed in SEEDS {
+        let mut s = AdaptiveSchedule::new(16);
+        let mut run = simulate(&mut s, &world, 1000, seed);
+        let slow = default_pair(2.0);
+        let during = simulate(&mut s, &slow, 1000, seed + 100);
+        let after = simulate(&mut s, &world, 1000, seed + 200);
+        assert_rate(
+            "load, during",
+            seed,
+            during.rate(0..1000),
+            slow.best_fixed(16, 0),
+            0.97,
+        );
+        assert_rate("load, after", seed, after.rate(0..1000), best, 0.97);
+        run.depths.extend(after.depths);
+        assert!(run.median_depth(300..2000) == best.0, "seed {seed}");
+    }
+}
