@@ -119,6 +119,25 @@ impl Backend for CandleBackend {
         ops::from_f32(&self.device, data, shape, dtype)
     }
 
+    fn from_le_bytes(
+        &self,
+        bytes: &[u8],
+        src: DType,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<Tensor> {
+        ops::from_le_bytes(&self.device, bytes, src, shape, dtype)
+    }
+
+    /// `F32` on the CPU (candle's CPU matmuls are fastest in f32); on CUDA and Metal the
+    /// checkpoint's own half dtype (half the memory and bandwidth), else `F32`.
+    fn preferred_dtype(&self, stored: DType) -> DType {
+        match stored {
+            DType::F16 | DType::BF16 if !self.device.is_cpu() => stored,
+            _ => DType::F32,
+        }
+    }
+
     fn from_u32(&self, data: &[u32], shape: &[usize]) -> Result<Tensor> {
         ops::from_u32(&self.device, data, shape)
     }

@@ -191,6 +191,50 @@ pub(crate) fn from_f32(
     }
 }
 
+/// Stored little-endian values (`F32`, `F16`, `BF16`) to a tensor of `dtype`: the bytes are copied
+/// to the device as they are (`Tensor::from_raw_buffer`) and converted there.
+pub(crate) fn from_le_bytes(
+    device: &Device,
+    bytes: &[u8],
+    src: DType,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<Tensor> {
+    const OP: &str = "from_le_bytes";
+    let width = match src {
+        DType::F32 => 4,
+        DType::F16 | DType::BF16 => 2,
+        other => {
+            return Err(CoreError::InvalidArgument {
+                op: OP,
+                message: format!("stored values of dtype {other} are not floats"),
+            }
+            .into())
+        }
+    };
+    if !dtype.is_float() {
+        return Err(CoreError::InvalidArgument {
+            op: OP,
+            message: format!("target dtype {dtype} is not a float dtype"),
+        }
+        .into());
+    }
+    check_len(OP, bytes.len() / width, shape)?;
+    if bytes.len() % width != 0 {
+        return Err(CoreError::InvalidArgument {
+            op: OP,
+            message: format!("{} bytes do not hold whole {src} values", bytes.len()),
+        }
+        .into());
+    }
+    let t = Tensor::from_raw_buffer(bytes, to_candle(src), shape, device)?;
+    if src == dtype {
+        Ok(t)
+    } else {
+        Ok(t.to_dtype(to_candle(dtype))?)
+    }
+}
+
 pub(crate) fn from_u32(device: &Device, data: &[u32], shape: &[usize]) -> Result<Tensor> {
     check_len("from_u32", data.len(), shape)?;
     Ok(Tensor::from_slice(data, shape.to_vec(), device)?)

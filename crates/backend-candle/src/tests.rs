@@ -616,3 +616,42 @@ fn gather_linear_routes_each_row_to_its_expert() -> TestResult {
     assert!(cb().gather_linear(&xc, &wc, &bad).is_err());
     Ok(())
 }
+
+#[test]
+fn from_le_bytes_matches_the_reference_decode() -> TestResult {
+    let data = values(24, 93);
+    let stored: [(DType, Vec<u8>); 3] = [
+        (
+            DType::F32,
+            data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ),
+        (
+            DType::F16,
+            data.iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect(),
+        ),
+        (
+            DType::BF16,
+            data.iter()
+                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                .collect(),
+        ),
+    ];
+    for (src, bytes) in &stored {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let got = cb().from_le_bytes(bytes, *src, &[4, 6], dtype)?;
+            let want = rb().from_le_bytes(bytes, *src, &[4, 6], dtype)?;
+            check_rel(&got, &want, 0.0, &format!("{src} stored, {dtype} array"));
+        }
+    }
+    // Too few bytes for the shape, and an integer source, are errors.
+    let (_, f32_bytes) = &stored[0];
+    assert!(cb()
+        .from_le_bytes(&f32_bytes[..90], DType::F32, &[4, 6], DType::F32)
+        .is_err());
+    assert!(cb()
+        .from_le_bytes(f32_bytes, DType::U32, &[4, 6], DType::F32)
+        .is_err());
+    Ok(())
+}

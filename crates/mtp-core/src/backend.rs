@@ -185,6 +185,40 @@ pub fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize, CoreErr
         })
 }
 
+/// Little-endian `F32`, `F16` or `BF16` values as `f32` (exact: every half value is an `f32`).
+pub fn decode_le_floats(op: &'static str, bytes: &[u8], src: DType) -> Result<Vec<f32>, CoreError> {
+    let width = match src {
+        DType::F32 => 4,
+        DType::F16 | DType::BF16 => 2,
+        other => {
+            return Err(CoreError::InvalidArgument {
+                op,
+                message: format!("stored values of dtype {other} are not floats"),
+            })
+        }
+    };
+    if bytes.len() % width != 0 {
+        return Err(CoreError::InvalidArgument {
+            op,
+            message: format!("{} bytes do not hold whole {src} values", bytes.len()),
+        });
+    }
+    Ok(match src {
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        _ => bytes
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+    })
+}
+
 /// An error naming `op` unless `len` host values exactly fill `shape` (for the `from_*`
 /// constructors of every backend).
 pub fn check_data_len(op: &'static str, len: usize, shape: &[usize]) -> Result<(), CoreError> {
@@ -378,6 +412,21 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
         shape: &[usize],
         dtype: DType,
     ) -> Result<Self::Array, Self::Error>;
+    /// An array from stored little-endian values (`src`: `F32`, `F16` or `BF16`, the layout of a
+    /// safetensors tensor), stored as `dtype` (a float dtype). This is how weights leave a
+    /// memory-mapped file: the default decodes them to host `f32` and calls
+    /// [`from_f32`](Self::from_f32); backends override it to copy the bytes to the device as
+    /// stored and convert there, so no `f32` copy of a half-precision weight exists on the host.
+    fn from_le_bytes(
+        &self,
+        bytes: &[u8],
+        src: DType,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<Self::Array, Self::Error> {
+        let values = decode_le_floats("from_le_bytes", bytes, src)?;
+        self.from_f32(&values, shape, dtype)
+    }
     /// A `U32` array from host data.
     fn from_u32(&self, data: &[u32], shape: &[usize]) -> Result<Self::Array, Self::Error>;
     /// An `I32` array from host data.
@@ -490,6 +539,14 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
     fn matmul(&self, a: &Self::Array, b: &Self::Array) -> Result<Self::Array, Self::Error>;
 
     // ------------------------------------------------------------------ hooks
+
+    /// The compute dtype this backend runs best for weights stored as `stored` (what a loader's
+    /// "auto" dtype picks). The default is `F32`, the fastest and most exact on CPUs; GPU backends
+    /// keep half-precision weights in their own dtype.
+    fn preferred_dtype(&self, stored: DType) -> DType {
+        let _ = stored;
+        DType::F32
+    }
 
     /// Whether ops run when called or build a graph that runs later (default: eager). Lazy
     /// backends get the engine's evaluation overlap (see `engine::EvalOverlap`).

@@ -15,23 +15,31 @@
 //! * [`proposers`] — what drafts: an assistant's MTP head, prompt lookup, detected from a
 //!   draft directory's `model_type` or chosen;
 //! * [`defaults`] — where the default model pair lives;
+//! * `server` (cargo feature `server`, on by default) — `mtp serve`: the ollama and OpenAI
+//!   HTTP APIs over a worker thread that owns the models;
+//! * [`hub`] — models named by Hugging Face repo id, from the local HF cache (downloaded with the
+//!   `hf-hub` feature);
 //! * [`sampling_defaults`] — a model's default sampling settings (`generation_config.json`).
 //!
 //! Cargo features: `candle` (default) adds the candle backend (re-exported as
 //! [`backend_candle`] when enabled), with `metal`, `cuda`, `accelerate` and `mkl` passed
 //! through; `mlx` adds the MLX backend (re-exported as `backend_mlx`; see the workspace README
-//! for the Linux build); `cli` (default) builds the `mtp` program. With `default-features = false`
+//! for the Linux build); `cli` (default) builds the `mtp` program; `hf-hub` downloads models named
+//! by repo id that are not in the local HF cache. With `default-features = false`
 //! the library builds on mtp-core and its reference backend only.
 #![warn(missing_docs)]
 
 pub mod defaults;
 #[cfg(feature = "embedded-model")]
 pub mod embedded_pair;
+pub mod hub;
 pub mod loading;
 pub mod models;
 pub mod pipeline;
 pub mod proposers;
 pub mod sampling_defaults;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod tokenizer;
 
 #[cfg(feature = "candle")]

@@ -15,6 +15,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Generate(args) => cli::generate::run(args),
         Command::Bench(args) => cli::bench::run(args),
+        #[cfg(feature = "server")]
+        Command::Serve(args) => cli::serve::run(*args),
     };
     match result {
         Ok(code) => code,

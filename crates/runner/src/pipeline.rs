@@ -11,7 +11,7 @@ use crate::defaults::ModelPaths;
 use crate::loading::{LoadError, LoadOptions};
 use crate::models::registry::{load_drafter_model, load_target_model};
 use crate::models::{Gemma4Assistant, LoadedTarget};
-use crate::tokenizer::{PromptFormat, Tokenizer, TokenizerError};
+use crate::tokenizer::{ChatMessage, ChatOptions, PromptFormat, Tokenizer, TokenizerError};
 
 /// What can go wrong in a [`Pipeline`].
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +86,13 @@ pub enum LoadStage {
     Target,
     /// Loading the drafter's weights.
     Drafter,
+    /// `done` of the target's `total` tensors are loaded (reported after each tensor).
+    TargetTensors {
+        /// Tensors taken so far (read or skipped).
+        done: usize,
+        /// Tensors in the target's files.
+        total: usize,
+    },
 }
 
 impl std::fmt::Display for LoadStage {
@@ -94,6 +101,7 @@ impl std::fmt::Display for LoadStage {
             LoadStage::Tokenizer => "reading the tokenizer",
             LoadStage::Target => "loading the target model",
             LoadStage::Drafter => "loading the drafter",
+            LoadStage::TargetTensors { .. } => "loading the target model's tensors",
         })
     }
 }
@@ -201,14 +209,14 @@ impl<B: Backend> Pipeline<B> {
         progress(LoadStage::Tokenizer);
         let tokenizer = Tokenizer::from_dir(&paths.target)?;
         progress(LoadStage::Target);
-        let (target, _) =
-            load_target_model(&backend, &paths.target, options).map_err(|source| {
-                PipelineError::Load {
-                    role: ModelRole::Target,
-                    path: paths.target.clone(),
-                    source,
-                }
-            })?;
+        let mut on_tensor =
+            |done: usize, total: usize| progress(LoadStage::TargetTensors { done, total });
+        let loaded = load_target_model(&backend, &paths.target, options, &mut on_tensor);
+        let (target, _) = loaded.map_err(|source| PipelineError::Load {
+            role: ModelRole::Target,
+            path: paths.target.clone(),
+            source,
+        })?;
         let drafter = match &paths.drafter {
             Some(dir) => {
                 progress(LoadStage::Drafter);
@@ -296,7 +304,21 @@ impl<B: Backend> Pipeline<B> {
         Ok(ids)
     }
 
-    fn check_prompt(&self, ids: &[u32]) -> Result<(), PipelineError> {
+    /// Token ids of a conversation rendered with the model's chat template (see
+    /// [`Tokenizer::encode_chat`]), checked as [`encode`](Self::encode) checks them.
+    pub fn encode_chat(
+        &self,
+        messages: &[ChatMessage],
+        options: &ChatOptions,
+    ) -> Result<Vec<u32>, PipelineError> {
+        let template = self.tokenizer.chat_template()?;
+        let ids = self.tokenizer.encode_chat(&template, messages, options)?;
+        self.check_prompt(&ids)?;
+        Ok(ids)
+    }
+
+    /// Check that prompt ids are non-empty and fit the context (as [`encode`](Self::encode) does).
+    pub fn check_prompt(&self, ids: &[u32]) -> Result<(), PipelineError> {
         if ids.is_empty() {
             return Err(PipelineError::EmptyPrompt);
         }

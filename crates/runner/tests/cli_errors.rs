@@ -53,16 +53,27 @@ fn bad_config_or_tokenizer() {
     std::fs::write(dir.path().join("tokenizer_config.json"), "[1, 2").unwrap();
     assert_fails_with(generate_on(dir.path()).arg("w5"), "tokenizer_config.json");
 
-    // A chat template that is not Gemma's.
+    // A chat template that does not compile, one that raises, and none at all.
     let dir = copy_dir(&swa().target());
+    std::fs::write(dir.path().join("chat_template.jinja"), "{% if %}").unwrap();
+    assert_fails_with(
+        generate_on(dir.path()).args(["--chat", "w5"]),
+        "chat_template.jinja failed",
+    );
     std::fs::write(
-        dir.path().join("tokenizer_config.json"),
-        r#"{"chat_template": "<|im_start|>user"}"#,
+        dir.path().join("chat_template.jinja"),
+        "{{ raise_exception('System role not supported') }}",
     )
     .unwrap();
     assert_fails_with(
         generate_on(dir.path()).args(["--chat", "w5"]),
-        "only Gemma's turn format",
+        "System role not supported",
+    );
+    std::fs::remove_file(dir.path().join("chat_template.jinja")).unwrap();
+    std::fs::write(dir.path().join("tokenizer_config.json"), "{}").unwrap();
+    assert_fails_with(
+        generate_on(dir.path()).args(["--chat", "w5"]),
+        "the model has no chat template",
     );
 }
 
@@ -192,6 +203,7 @@ fn help_documents_every_option_with_its_default() {
         "--eos",
         "--ignore-eos",
         "--chat",
+        "--system",
         "--draft-tokens",
         "--max-draft-tokens",
         "--draft-schedule",

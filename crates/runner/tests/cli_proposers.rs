@@ -43,6 +43,7 @@ fn ngram_prints_plain_greedy_text_with_stats() {
     let (ngram, stats) = generate(&["--draft-kind", "ngram"]);
     assert_eq!(ngram, plain);
     assert!(stats.contains("mode: greedy-mtp"), "{stats}");
+    assert!(stats.contains("proposer ngram"), "{stats}");
     let accepted = stats
         .split("accepted ")
         .nth(1)
@@ -71,6 +72,7 @@ fn draft_dir_detects_the_assistant() {
     let (detected, stats) = generate(&["--draft", assistant]);
     assert_eq!(detected, plain);
     assert!(stats.contains("mode: greedy-mtp"), "{stats}");
+    assert!(stats.contains("proposer mtp"), "{stats}");
     let (forced, _) = generate(&["--draft", assistant, "--draft-kind", "mtp"]);
     assert_eq!(forced, plain);
 }
@@ -116,4 +118,29 @@ fn mismatched_kinds_are_clear_errors() {
         &mut generate_with(&["--draft-kind", "ngram", "--ngram-max", "99"]),
         "must be <= 32",
     );
+}
+
+#[test]
+fn bench_runs_prompt_lookup() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = dir.path().join("bench.json");
+    let grounded = default_pair().join("../prompts-grounded.txt");
+    let out = mtp()
+        .arg("bench")
+        .arg("--model")
+        .arg(default_pair().join("target"))
+        .args(["--draft-kind", "ngram", "--quick", "--backend", "reference"])
+        .arg("--prompts")
+        .arg(&grounded)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("mtp runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "mtp bench failed: {stderr}");
+    let text = std::fs::read_to_string(&json).expect("the report is written");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(report["greedy_identical"], true, "{text}");
+    let drafter = report["setup"]["drafter"].as_str().unwrap_or("");
+    assert!(drafter.contains("ngram"), "{drafter}");
 }

@@ -11,7 +11,10 @@ use std::path::Path;
 
 use common::{fixture_root, B};
 use mtp_core::model::TargetModel;
-use runner::loading::{load_target_with_report, LoadError, LoadOptions, TOWER_MODULES};
+use mtp_core::DType;
+use runner::loading::{
+    auto_dtype, estimate_memory, load_target_with_report, LoadError, LoadOptions, TOWER_MODULES,
+};
 use runner::models::registry::{self, load_target_model, Family, Role};
 
 /// Byte size of every tensor of a safetensors file (from its header alone).
@@ -126,7 +129,8 @@ fn the_registry_builds_every_published_target_type() {
     ] {
         let dir = fixture_root().join(case).join("target");
         let (target, _) =
-            load_target_model(&B::default(), &dir, &LoadOptions::default()).expect("loads");
+            load_target_model(&B::default(), &dir, &LoadOptions::default(), &mut |_, _| {})
+                .expect("loads");
         assert_eq!(target.family(), Family::Gemma4);
         assert!(target.as_gemma4().is_some());
         let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
@@ -140,7 +144,7 @@ fn the_registry_builds_every_published_target_type() {
     assert!(registry::lookup("gemma4_assistant", Role::Target).is_none());
     // A drafter directory is not a target.
     let dir = fixture_root().join("mm_e2b/assistant");
-    match load_target_model(&B::default(), &dir, &LoadOptions::default()) {
+    match load_target_model(&B::default(), &dir, &LoadOptions::default(), &mut |_, _| {}) {
         Err(LoadError::UnknownModelType {
             found, expected, ..
         }) => {
@@ -149,4 +153,28 @@ fn the_registry_builds_every_published_target_type() {
         }
         other => panic!("expected UnknownModelType, got {other:?}"),
     }
+}
+
+#[test]
+fn memory_estimate_counts_the_text_weights_and_the_caches() {
+    let dir = fixture_root().join("mm_e2b/target");
+    let sizes = sizes_of_dir(&dir);
+    let text_bytes: u64 = sizes
+        .iter()
+        .filter(|(n, _)| !is_tower(n))
+        .map(|(_, s)| s)
+        .sum();
+    let f32_estimate = estimate_memory(&dir, None, DType::F32, 100).expect("estimate");
+    // The files are f32: the text weights' bytes, towers excluded.
+    assert_eq!(f32_estimate.weights, text_bytes);
+    // Layers 0 (sliding, window 8: 9 positions kept, 1 KV head of 16) and 1 (full, 100
+    // positions, 1 KV head of 32) own caches; keys and values, 4 bytes each.
+    assert_eq!(f32_estimate.kv_cache, 2 * 4 * (9 * 16 + 100 * 32));
+    assert_eq!(f32_estimate.context, 100);
+    let bf16 = estimate_memory(&dir, None, DType::BF16, 1 << 20).expect("estimate");
+    assert_eq!(bf16.weights, text_bytes / 2);
+    assert_eq!(bf16.context, 256, "capped at max_position_embeddings");
+    // The bf16 checkpoint runs in f32 on CPU backends.
+    let sharded = fixture_root().join("mm_e2b_bf16_sharded/target");
+    assert_eq!(auto_dtype(&B::default(), &sharded).unwrap(), DType::F32);
 }

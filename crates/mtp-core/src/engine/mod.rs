@@ -313,6 +313,7 @@ impl<'m, B: Backend> Engine<'m, B> {
                     }
                     ProposerSlot::Proposer(proposer) => proposer,
                 };
+                let kind = proposer.kind();
                 let proposer = proposer.start(self.backend, &request.prompt)?;
                 let mut run = speculative::SpeculativeRun::new(
                     &mut session,
@@ -323,6 +324,7 @@ impl<'m, B: Backend> Engine<'m, B> {
                     mode,
                     self.overlap,
                 );
+                run.stats.proposer = kind;
                 run.run()?;
                 let stats = run.into_stats();
                 stats.trace(session.generated());

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::{Serialize, Serializer};
 
 use crate::options::{DecodeMode, SpeculationOff};
+use crate::proposer::ProposerKind;
 use crate::schedule::ScheduleKind;
 
 fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -38,6 +39,8 @@ pub struct PositionCounts {
 /// `per_position_acceptance`) and durations in seconds.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MtpStats {
+    /// What drafted (the proposer's stable name in JSON).
+    pub proposer: ProposerKind,
     /// The draft schedule used.
     pub schedule: ScheduleKind,
     /// Draft tokens proposed.
@@ -76,7 +79,8 @@ pub struct MtpStats {
 impl Serialize for MtpStats {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut st = s.serialize_struct("MtpStats", 21)?;
+        let mut st = s.serialize_struct("MtpStats", 23)?;
+        st.serialize_field("proposer", &self.proposer)?;
         st.serialize_field("schedule", &self.schedule)?;
         st.serialize_field("drafted", &self.drafted)?;
         st.serialize_field("accepted", &self.accepted)?;
@@ -157,6 +161,7 @@ impl MtpStats {
         tracing::info!(
             target: "mtp",
             generated,
+            proposer = %self.proposer,
             schedule = %self.schedule,
             drafted = self.drafted,
             accepted = self.accepted,

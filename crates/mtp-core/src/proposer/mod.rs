@@ -36,11 +36,22 @@ use crate::Backend;
 /// The kinds of proposer, with the stable names that options, statistics and draft schedules
 /// key them by.
 #[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum ProposerKind {
     /// An MTP head chained from the target's hidden state ([`MtpChain`]).
+    #[default]
     Mtp,
     /// A separate small causal LM with the target's vocabulary (classic draft-target).
     Model,

@@ -33,6 +33,9 @@ pub enum Command {
     /// verify-cost curve and the ideal speedup; prints a table and writes JSON.
     #[command(allow_negative_numbers = true)]
     Bench(super::bench::args::BenchArgs),
+    /// Serve the ollama API (/api/*) and the OpenAI API (/v1/*) on one port over one model pair.
+    #[cfg(feature = "server")]
+    Serve(Box<super::serve::ServeArgs>),
 }
 
 /// `mtp generate`.
@@ -90,6 +93,12 @@ impl ModelArgs {
     }
 }
 
+/// `--model` / `--draft`: a directory, or a repo id resolved through the HF cache
+/// ([`runner::hub::resolve_model`]).
+fn model_location(spec: &str) -> Result<PathBuf, String> {
+    runner::hub::resolve_model(std::path::Path::new(spec)).map_err(|e| e.to_string())
+}
+
 impl BackendChoice {
     /// Candle when compiled in, else the reference backend.
     pub const DEFAULT: &'static str = if cfg!(feature = "candle") {
@@ -102,6 +111,9 @@ impl BackendChoice {
 /// Compute dtypes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DTypeChoice {
+    /// What the backend computes best for the checkpoint: f32 on CPUs (reference, candle cpu),
+    /// the checkpoint's own f16/bf16 on GPUs (candle cuda/metal).
+    Auto,
     /// 32-bit float.
     F32,
     /// 16-bit float.
@@ -110,12 +122,14 @@ pub enum DTypeChoice {
     Bf16,
 }
 
-impl From<DTypeChoice> for DType {
-    fn from(d: DTypeChoice) -> Self {
-        match d {
-            DTypeChoice::F32 => DType::F32,
-            DTypeChoice::F16 => DType::F16,
-            DTypeChoice::Bf16 => DType::BF16,
+impl DTypeChoice {
+    /// The dtype asked for; `None` for `auto` (decided per checkpoint and backend).
+    pub fn fixed(self) -> Option<DType> {
+        match self {
+            DTypeChoice::Auto => None,
+            DTypeChoice::F32 => Some(DType::F32),
+            DTypeChoice::F16 => Some(DType::F16),
+            DTypeChoice::Bf16 => Some(DType::BF16),
         }
     }
 }
@@ -124,14 +138,15 @@ impl From<DTypeChoice> for DType {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Model")]
 pub struct ModelArgs {
-    /// Target model directory (HF layout: config.json, *.safetensors, tokenizer.json)
+    /// Target model directory (HF layout: config.json, *.safetensors, tokenizer.json) or HF repo
+    /// id (owner/name[@revision], from the local HF cache)
     /// [default: the pair in $MTP_MODEL_DIR, else models/default/ of the checkout].
-    #[arg(long, visible_alias = "target", value_name = "DIR")]
+    #[arg(long, visible_alias = "target", value_name = "DIR|REPO", value_parser = model_location)]
     pub model: Option<PathBuf>,
-    /// Drafter directory; its config.json model_type says what it is (a Gemma 4 assistant
-    /// drafts as an MTP head; see --draft-kind) [default: none with --model, so plain decoding;
-    /// the default pair's assistant without --model].
-    #[arg(long, visible_alias = "assistant", value_name = "DIR")]
+    /// Drafter directory or HF repo id; its config.json model_type says what it is (a Gemma 4
+    /// assistant drafts as an MTP head; see --draft-kind) [default: none with --model, so plain
+    /// decoding; the default pair's assistant without --model].
+    #[arg(long, visible_alias = "assistant", value_name = "DIR|REPO", value_parser = model_location)]
     pub draft: Option<PathBuf>,
     /// Backend to run on.
     #[arg(long, value_enum, default_value = BackendChoice::DEFAULT)]
@@ -140,9 +155,12 @@ pub struct ModelArgs {
     /// matching feature).
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Compute dtype of the weights.
-    #[arg(long, value_enum, default_value = "f32")]
+    /// Compute dtype of the weights [auto: f32 on CPUs; on GPUs the checkpoint's own f16/bf16].
+    #[arg(long, value_enum, default_value = "auto")]
     pub dtype: DTypeChoice,
+    /// Load even when the weights and KV cache need more memory than is available.
+    #[arg(long)]
+    pub ignore_memory_limit: bool,
 }
 
 /// Sampling options. Unset temperature / top-k / top-p come from the model's
@@ -232,10 +250,13 @@ pub struct LengthArgs {
     /// Never stop at an EOS token.
     #[arg(long, conflicts_with = "eos")]
     pub ignore_eos: bool,
-    /// Wrap the prompt in the model's chat template (one user turn; Gemma's turn format is the
-    /// only one supported).
+    /// Render the prompt as one user turn with the model's own chat template
+    /// (chat_template.jinja, else tokenizer_config.json's), ending where the model answers.
     #[arg(long)]
     pub chat: bool,
+    /// A system message before the user turn (with --chat) [default: none].
+    #[arg(long, value_name = "TEXT", requires = "chat")]
+    pub system: Option<String>,
 }
 
 /// Draft schedules.

@@ -14,11 +14,13 @@ use mtp_core::Backend;
 use runner::loading::LoadOptions;
 use runner::proposers::ProposerChoice;
 use runner::sampling_defaults::sampling_defaults;
+use runner::tokenizer::{ChatMessage, ChatOptions};
 use runner::{ModelPaths, PromptFormat};
 
 use super::args::GenerateArgs;
 use super::backend::{with_backend, AnyBackend};
 use super::console;
+use super::load_plan::prepare_load;
 use super::output::{print_json, summary, RunInfo, TextStream};
 use super::progress::load_pipeline;
 
@@ -39,18 +41,19 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let sampling = args.sampling.options_over(&defaults.options);
     sampling.validate().context("invalid sampling option")?;
     tracing::info!(source = %defaults.source, ?sampling, "sampling");
-    let options = LoadOptions {
-        dtype: args.model.dtype.into(),
-    };
+    // The context the run needs at most: no prompt has more tokens than bytes (+ BOS).
+    let context = prompt.len().saturating_add(1 + args.length.num_predict);
     let run = Inputs {
         args: &args,
         prompt: &prompt,
         paths: &paths,
         proposers: &proposers,
-        options: &options,
         sampling,
     };
-    with_backend!(backend, |b| run_on(b, &run))
+    with_backend!(backend, |b| {
+        let options = prepare_load(&b, &args.model, &paths, context)?;
+        run_on(b, &run, &options)
+    })
 }
 
 /// What [`run_on`] works from.
@@ -59,7 +62,6 @@ struct Inputs<'a> {
     prompt: &'a str,
     paths: &'a ModelPaths,
     proposers: &'a ProposerChoice,
-    options: &'a LoadOptions,
     /// The sampling options: the flags over the model's defaults (no seed drawn yet).
     sampling: SamplerOptions,
 }
@@ -110,18 +112,26 @@ fn model_paths(args: &GenerateArgs) -> anyhow::Result<(ModelPaths, ProposerChoic
     Ok((paths, choice))
 }
 
-fn run_on<B: Backend>(backend: B, inputs: &Inputs<'_>) -> anyhow::Result<ExitCode> {
+fn run_on<B: Backend>(
+    backend: B,
+    inputs: &Inputs<'_>,
+    options: &LoadOptions,
+) -> anyhow::Result<ExitCode> {
     let args = inputs.args;
     let backend_name = backend.name();
     let pipeline =
-        load_pipeline(backend, inputs.paths, inputs.options)?.with_ngram(inputs.proposers.ngram);
+        load_pipeline(backend, inputs.paths, options)?.with_ngram(inputs.proposers.ngram);
 
-    let format = if args.length.chat {
-        PromptFormat::Chat
+    let prompt_ids = if args.length.chat {
+        let mut messages = Vec::new();
+        if let Some(system) = &args.length.system {
+            messages.push(ChatMessage::text("system", system));
+        }
+        messages.push(ChatMessage::text("user", inputs.prompt));
+        pipeline.encode_chat(&messages, &ChatOptions::default())?
     } else {
-        PromptFormat::Raw
+        pipeline.encode(inputs.prompt, PromptFormat::Raw)?
     };
-    let prompt_ids = pipeline.encode(inputs.prompt, format)?;
     check_eos_flags(&args.length.eos, pipeline.target().vocab_size())?;
     let mut sampling = inputs.sampling.clone();
     if !sampling.is_greedy() && sampling.seed.is_none() {

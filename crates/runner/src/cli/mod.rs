@@ -1,12 +1,16 @@
-//! The `mtp` command: arguments, the generate and bench commands, output, logging and progress.
+//! The `mtp` command: arguments, the generate, bench and serve commands, output, logging and
+//! progress.
 
 pub mod args;
 pub mod backend;
 pub mod bench;
 pub mod console;
 pub mod generate;
+pub mod load_plan;
 pub mod logging;
 pub mod model_check;
 pub mod output;
 pub mod progress;
 pub mod proposer_args;
+#[cfg(feature = "server")]
+pub mod serve;

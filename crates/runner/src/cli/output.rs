@@ -187,12 +187,13 @@ pub fn summary(response: &Response, run: &RunInfo<'_>) -> String {
 
 fn mtp_summary(m: &MtpStats) -> String {
     let mut s = format!(
-        "mtp: {} rounds ({} batched, {} serial, {} not drafted), schedule {}, max draft {}\n\
+        "mtp: {} rounds ({} batched, {} serial, {} not drafted), proposer {}, schedule {}, max draft {}\n\
          mtp: drafted {}, accepted {} ({}), mean accepted {:.2}/round, mean draft {:.2}/round\n",
         m.iterations,
         m.batched_rounds,
         m.serial_rounds,
         m.undrafted_rounds,
+        m.proposer,
         m.schedule,
         m.max_draft,
         m.drafted,

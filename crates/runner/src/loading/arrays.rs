@@ -5,12 +5,24 @@ use mtp_core::{Backend, DType};
 use super::error::{LoadError, LoadResult};
 use super::tensors::TensorStore;
 
+/// Told `(tensors done, tensors in the files)` after each tensor an [`ArrayLoader`] reads.
+pub type TensorProgress<'a> = &'a mut dyn FnMut(usize, usize);
+
 /// Reads tensors from a [`TensorStore`] into arrays of one backend and compute dtype.
-#[derive(Debug)]
 pub struct ArrayLoader<'a, B: Backend> {
     backend: &'a B,
     store: &'a mut TensorStore,
     dtype: DType,
+    progress: Option<TensorProgress<'a>>,
+}
+
+impl<B: Backend> std::fmt::Debug for ArrayLoader<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArrayLoader")
+            .field("store", &self.store)
+            .field("dtype", &self.dtype)
+            .finish()
+    }
 }
 
 impl<'a, B: Backend> ArrayLoader<'a, B> {
@@ -20,7 +32,14 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
             backend,
             store,
             dtype,
+            progress: None,
         }
+    }
+
+    /// Report each tensor read to `progress` (for a progress bar).
+    pub fn with_progress(mut self, progress: TensorProgress<'a>) -> Self {
+        self.progress = Some(progress);
+        self
     }
 
     /// The backend arrays are created on.
@@ -38,10 +57,23 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
         self.store
     }
 
-    /// Tensor `name` of shape `shape`, as an array of the compute dtype.
+    /// Tensor `name` of shape `shape`, as an array of the compute dtype: its stored bytes go
+    /// from the memory map to the backend as they are ([`Backend::from_le_bytes`]; no host `f32`
+    /// copy on backends that override it), and its pages of the map are released afterwards.
     pub fn array(&mut self, name: &str, shape: &[usize]) -> LoadResult<B::Array> {
-        let data = self.store.take_f32(name, shape)?;
-        self.from_host(name, &data, shape)
+        let (src, bytes) = self.store.take_float_bytes(name, shape)?;
+        let array = self
+            .backend
+            .from_le_bytes(bytes, src, shape, self.dtype)
+            .map_err(|e| LoadError::Backend {
+                name: name.to_string(),
+                reason: e.to_string(),
+            })?;
+        self.store.release(name);
+        if let Some(progress) = self.progress.as_mut() {
+            progress(self.store.taken(), self.store.len());
+        }
+        Ok(array)
     }
 
     /// Tensor `name` of shape `shape`, as host `f32` values.

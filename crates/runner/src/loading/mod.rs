@@ -22,19 +22,21 @@ mod arrays;
 mod config_file;
 mod error;
 mod layout;
+mod plan;
 pub mod tensors;
 
 use std::path::Path;
 
 use mtp_core::{Backend, DType};
 
-pub use arrays::ArrayLoader;
+pub use arrays::{ArrayLoader, TensorProgress};
 pub use config_file::{
     read_assistant_config, read_config_json, read_target_config, ASSISTANT_MODEL_TYPES,
     TARGET_MODEL_TYPES,
 };
 pub use error::{LoadError, LoadResult};
 pub use layout::{TextLayout, TOWER_MODULES};
+pub use plan::{auto_dtype, available_memory, estimate_memory, MemoryEstimate};
 pub use tensors::{StoreStats, TensorStore};
 
 use crate::models::{Gemma4Assistant, Gemma4Target};
@@ -90,13 +92,24 @@ pub fn load_target_with_report<B: Backend>(
     dir: &Path,
     options: &LoadOptions,
 ) -> LoadResult<(Gemma4Target<B>, LoadReport)> {
+    load_target_reporting(backend, dir, options, &mut |_, _| {})
+}
+
+/// [`load_target_with_report`], telling `progress` each tensor read.
+pub fn load_target_reporting<B: Backend>(
+    backend: &B,
+    dir: &Path,
+    options: &LoadOptions,
+    progress: TensorProgress<'_>,
+) -> LoadResult<(Gemma4Target<B>, LoadReport)> {
     check_dtype(options, dir)?;
     let resolved = read_target_config(&dir.join("config.json"))?;
     let mut store = TensorStore::open(dir)?;
     let layout = TextLayout::find(&store)?;
     let towers = layout.skip_towers(&mut store);
     let model = {
-        let mut loader = ArrayLoader::new(backend, &mut store, options.dtype);
+        let mut loader =
+            ArrayLoader::new(backend, &mut store, options.dtype).with_progress(progress);
         Gemma4Target::load(&mut loader, resolved, &layout.prefix)?
     };
     let stats = store.finish()?;

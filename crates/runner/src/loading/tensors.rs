@@ -1,4 +1,4 @@
-//! Memory-mapped safetensors files: find a tensor by name, check its shape, convert it to `f32`.
+//! Memory-mapped safetensors files: find a tensor by name, check its shape, hand out its bytes.
 //!
 //! A [`TensorStore`] maps every weight file of a model directory (`model.safetensors`, or the
 //! shards listed by `model.safetensors.index.json`), parses each header once, and hands out
@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, TensorInfo};
 use safetensors::SafeTensors;
+
+use mtp_core::DType;
 
 use super::error::{LoadError, LoadResult};
 
@@ -63,6 +65,26 @@ impl std::fmt::Debug for TensorStore {
             .finish()
     }
 }
+
+/// Drop the resident pages of `len` bytes at `offset` of a read-only file map (`MADV_DONTNEED`).
+/// A failure only means the pages stay resident, so it is logged, not returned.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn drop_pages(map: &Mmap, offset: usize, len: usize) {
+    // SAFETY: the map is a read-only (`PROT_READ`, `MAP_SHARED`) view of a file that this store
+    // never writes: `MADV_DONTNEED` only evicts its pages from this process, and a later read
+    // faults them back in from the file with the same contents. memmap2 marks the advice unsafe
+    // for writable private maps, whose unsaved changes it would discard; there are none here.
+    let result =
+        unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len) };
+    if let Err(e) = result {
+        tracing::debug!(offset, len, error = %e, "madvise(DONTNEED) failed; pages stay resident");
+    }
+}
+
+/// Elsewhere the pages stay until the map is dropped.
+#[cfg(not(unix))]
+fn drop_pages(_map: &Mmap, _offset: usize, _len: usize) {}
 
 /// Map `path` read-only.
 #[allow(unsafe_code)]
@@ -233,6 +255,43 @@ impl TensorStore {
         }
     }
 
+    /// The float dtype holding most of the weights' bytes (`None` without float tensors): the
+    /// checkpoint's own dtype, for choosing a compute dtype.
+    pub fn stored_float_dtype(&self) -> Option<DType> {
+        let mut bytes: BTreeMap<&'static str, (DType, u64)> = BTreeMap::new();
+        for file in &self.files {
+            for info in file.tensors.values() {
+                let (key, dtype) = match info.dtype {
+                    Dtype::F32 => ("f32", DType::F32),
+                    Dtype::F16 => ("f16", DType::F16),
+                    Dtype::BF16 => ("bf16", DType::BF16),
+                    _ => continue,
+                };
+                let size = (info.data_offsets.1 - info.data_offsets.0) as u64;
+                bytes.entry(key).or_insert((dtype, 0)).1 += size;
+            }
+        }
+        bytes
+            .into_values()
+            .max_by_key(|&(_, size)| size)
+            .map(|(dtype, _)| dtype)
+    }
+
+    /// How many tensors the weights hold.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether the weights hold no tensor at all.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// How many tensors were taken (read or skipped) so far.
+    pub fn taken(&self) -> usize {
+        self.taken.len()
+    }
+
     /// Every tensor name in the weights (sorted).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.index.keys().map(String::as_str)
@@ -323,6 +382,45 @@ impl TensorStore {
         match file.map.get(file.data_start + start..file.data_start + end) {
             Some(bytes) => Ok((info.dtype, bytes)),
             None => Err(corrupt(format!("tensor {name} is truncated"))),
+        }
+    }
+
+    /// Tensor `name` of shape `expected` as its stored float dtype (F32, F16 or BF16) and its raw
+    /// little-endian bytes, borrowed from the memory map (no copy).
+    pub fn take_float_bytes(
+        &mut self,
+        name: &str,
+        expected: &[usize],
+    ) -> LoadResult<(DType, &[u8])> {
+        let (dtype, bytes) = self.raw(name, expected)?;
+        let dtype = match dtype {
+            Dtype::F32 => DType::F32,
+            Dtype::F16 => DType::F16,
+            Dtype::BF16 => DType::BF16,
+            other => {
+                return Err(LoadError::UnsupportedDtype {
+                    name: name.to_string(),
+                    dtype: format!("{other:?}"),
+                    supported: "F32, F16, BF16",
+                })
+            }
+        };
+        Ok((dtype, bytes))
+    }
+
+    /// Tell the kernel that the pages of `name` will not be read again (after its bytes were
+    /// copied into an array): they leave this process's resident set (the file's page cache is
+    /// unchanged), so loading a checkpoint holds the arrays, not the arrays plus the map.
+    pub fn release(&self, name: &str) {
+        let Some(file) = self.index.get(name).map(|&f| &self.files[f]) else {
+            return;
+        };
+        let Some(info) = file.tensors.get(name) else {
+            return;
+        };
+        let (start, end) = info.data_offsets;
+        if end > start {
+            drop_pages(&file.map, file.data_start + start, end - start);
         }
     }
 

@@ -15,8 +15,8 @@ use mtp_core::Backend;
 
 use super::{Gemma4Assistant, Gemma4Target};
 use crate::loading::{
-    load_assistant, load_target_with_report, read_config_json, LoadError, LoadOptions, LoadReport,
-    LoadResult,
+    load_assistant, load_target_reporting, read_config_json, LoadError, LoadOptions, LoadReport,
+    LoadResult, TensorProgress,
 };
 
 /// A model family: one folder of model code.
@@ -165,14 +165,16 @@ impl<B: Backend> TargetModel<B> for LoadedTarget<B> {
     }
 }
 
-/// Load the target in `dir` with the family its `model_type` is registered to.
+/// Load the target in `dir` with the family its `model_type` is registered to, telling
+/// `progress` each tensor read.
 pub fn load_target_model<B: Backend>(
     backend: &B,
     dir: &Path,
     options: &LoadOptions,
+    progress: TensorProgress<'_>,
 ) -> LoadResult<(LoadedTarget<B>, LoadReport)> {
     match family_of(dir, Role::Target)? {
-        Family::Gemma4 => load_target_with_report(backend, dir, options)
+        Family::Gemma4 => load_target_reporting(backend, dir, options, progress)
             .map(|(model, report)| (LoadedTarget::Gemma4(model), report)),
     }
 }

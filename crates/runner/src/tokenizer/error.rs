@@ -43,24 +43,23 @@ pub enum TokenizerError {
         /// What the tokenizer said.
         reason: String,
     },
-    /// `--chat` was asked for, but `tokenizer_config.json` has no chat template.
+    /// A chat prompt was asked for, but the model has no chat template.
     #[error(
-        "the model has no chat template ({path} has no `chat_template`); drop --chat and pass \
-         the prompt as raw text"
+        "the model has no chat template (no chat_template.jinja beside {path}, and no \
+         `chat_template` in it); drop --chat and pass the prompt as raw text"
     )]
     NoChatTemplate {
         /// The tokenizer configuration looked at.
         path: PathBuf,
     },
-    /// The chat template is not Gemma's turn format, the only one supported.
-    #[error(
-        "unsupported chat template in {path}: only Gemma's turn format \
-         (`<start_of_turn>user\\n{{prompt}}<end_of_turn>\\n<start_of_turn>model\\n`) is supported; \
-         drop --chat and format the prompt yourself"
-    )]
-    UnsupportedChatTemplate {
-        /// The tokenizer configuration holding the template.
+    /// The chat template failed to compile or to render (a syntax error, or the template's
+    /// own `raise_exception`, e.g. roles that do not alternate).
+    #[error("the chat template in {path} failed: {reason}")]
+    Template {
+        /// The file holding the template.
         path: PathBuf,
+        /// What minijinja (or the template) said.
+        reason: String,
     },
 }
 

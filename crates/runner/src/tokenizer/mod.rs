@@ -1,18 +1,20 @@
 //! The tokenizer of a model directory: `tokenizer.json` through the `tokenizers` crate, special
-//! tokens from `config.json` / `generation_config.json` / `tokenizer_config.json`, Gemma chat
-//! prompts, and streaming detokenization ([`Detokenizer`]).
+//! tokens from `config.json` / `generation_config.json` / `tokenizer_config.json`, the
+//! checkpoint's own chat template ([`ChatTemplate`], rendered as HF renders it), and streaming
+//! detokenization ([`Detokenizer`]).
 
-mod chat;
 mod detokenizer;
 mod error;
+mod json_text;
 mod special;
+mod template;
 
 use std::path::Path;
 
-pub use chat::{BosInTemplate, ChatFormat};
 pub use detokenizer::Detokenizer;
 pub use error::{TokenizerError, TokenizerResult};
 pub use special::TokenizerSettings;
+pub use template::{ChatContent, ChatMessage, ChatOptions, ChatTemplate};
 
 /// How a prompt's text becomes token ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,7 +22,8 @@ pub enum PromptFormat {
     /// The text as is (BOS added when the tokenizer configuration says so).
     #[default]
     Raw,
-    /// One user turn of the model's chat template, ending where the model's answer starts.
+    /// One user turn rendered with the model's chat template, ending where the model's answer
+    /// starts (see [`Tokenizer::encode_chat`] for whole conversations).
     Chat,
 }
 
@@ -113,22 +116,42 @@ impl Tokenizer {
 
     /// Token ids of a prompt. [`PromptFormat::Raw`] adds BOS when `add_bos_token` is set (and
     /// the text does not already start with it); [`PromptFormat::Chat`] renders one user turn
-    /// with the model's chat template ([`ChatFormat`]; Gemma's turn format only).
+    /// with the model's chat template.
     pub fn encode_prompt(&self, text: &str, format: PromptFormat) -> TokenizerResult<Vec<u32>> {
-        let (body, with_bos) = match format {
-            PromptFormat::Raw => (self.encode_plain(text)?, self.settings.add_bos),
-            PromptFormat::Chat => {
-                let chat = ChatFormat::detect(
-                    self.settings.chat_template.as_deref(),
-                    &self.settings.tokenizer_config_path,
-                )?;
-                (
-                    self.encode_plain(&chat.render(text))?,
-                    chat.starts_with_bos(),
-                )
-            }
+        match format {
+            PromptFormat::Raw => Ok(self.with_bos(self.encode_plain(text)?, self.settings.add_bos)),
+            PromptFormat::Chat => self.encode_chat(
+                &self.chat_template()?,
+                &[ChatMessage::text("user", text)],
+                &ChatOptions::default(),
+            ),
+        }
+    }
+
+    /// The model's chat template, compiled (see [`TokenizerSettings::chat_template`]).
+    pub fn chat_template(&self) -> TokenizerResult<ChatTemplate> {
+        let Some(source) = self.settings.chat_template.as_deref() else {
+            return Err(TokenizerError::NoChatTemplate {
+                path: self.settings.tokenizer_config_path.clone(),
+            });
         };
-        Ok(self.with_bos(body, with_bos))
+        ChatTemplate::new(
+            source,
+            &self.settings.chat_template_path,
+            self.settings.special_tokens.clone(),
+        )
+    }
+
+    /// Token ids of a conversation rendered with `template`, as HF's `apply_chat_template`
+    /// gives them: the rendered text encoded with no special tokens added (a template that
+    /// wants BOS writes `{{ bos_token }}`).
+    pub fn encode_chat(
+        &self,
+        template: &ChatTemplate,
+        messages: &[ChatMessage],
+        options: &ChatOptions,
+    ) -> TokenizerResult<Vec<u32>> {
+        self.encode_plain(&template.render(messages, options)?)
     }
 
     fn with_bos(&self, mut ids: Vec<u32>, wanted: bool) -> Vec<u32> {
@@ -149,6 +172,11 @@ impl Tokenizer {
             .map_err(|e| TokenizerError::Decode {
                 reason: e.to_string(),
             })
+    }
+
+    /// The text of one token, special tokens included (log-probability reports name tokens so).
+    pub fn token_text(&self, id: u32) -> String {
+        self.inner.decode(&[id], false).unwrap_or_default()
     }
 
     /// A streaming detokenizer over this tokenizer.

@@ -1,6 +1,7 @@
 //! Special tokens and tokenizer settings from the HF side files: `config.json`,
-//! `generation_config.json` and `tokenizer_config.json`.
+//! `generation_config.json`, `tokenizer_config.json` and `chat_template.jinja`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -12,17 +13,40 @@ use super::error::{TokenizerError, TokenizerResult};
 pub struct TokenizerSettings {
     /// The BOS id (`config.json` `bos_token_id`, else `tokenizer_config.json` `bos_token`).
     pub bos: Option<u32>,
-    /// Ids that end generation: `config.json` and `generation_config.json` `eos_token_id`
-    /// (an integer or a list), else `tokenizer_config.json` `eos_token`. Sorted, no duplicates.
+    /// Ids that end generation, as HF's `generate` takes them: `generation_config.json`'s
+    /// `eos_token_id` (an integer or a list) when that file names one, else `config.json`'s,
+    /// else `tokenizer_config.json`'s `eos_token`. Sorted, no duplicates.
     pub eos: Vec<u32>,
     /// Whether encoding a raw prompt starts it with BOS (`add_bos_token`; default true, as
     /// Gemma's tokenizers do).
     pub add_bos: bool,
-    /// The chat template of `tokenizer_config.json`, if any (the `default` one of a list).
+    /// The chat template: `chat_template.jinja` when the directory has one (it takes priority,
+    /// as in HF transformers), else `tokenizer_config.json`'s `chat_template` (the `default`
+    /// one of a list).
     pub chat_template: Option<String>,
-    /// The tokenizer configuration file (named in chat-template errors).
+    /// The file the chat template came from (`tokenizer_config.json` when there is none; named
+    /// in chat-template errors).
+    pub chat_template_path: PathBuf,
+    /// The tokenizer configuration file.
     pub tokenizer_config_path: PathBuf,
+    /// The strings of the named special tokens in `tokenizer_config.json` (`bos_token`,
+    /// `eos_token`, `unk_token`, `pad_token`, ...), which chat templates render with.
+    pub special_tokens: BTreeMap<String, String>,
 }
+
+/// The named special tokens HF passes to chat templates (`SPECIAL_TOKENS_ATTRIBUTES`).
+const NAMED_SPECIAL_TOKENS: [&str; 7] = [
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+];
+
+/// The chat template file HF writes beside `tokenizer_config.json`.
+const CHAT_TEMPLATE_FILE: &str = "chat_template.jinja";
 
 /// Token strings of `tokenizer_config.json` that still need mapping to ids.
 #[derive(Debug, Default)]
@@ -44,6 +68,7 @@ pub(crate) fn read_settings(dir: &Path) -> TokenizerResult<(TokenizerSettings, T
     let mut settings = TokenizerSettings {
         add_bos: true,
         tokenizer_config_path: tokenizer_config_path.clone(),
+        chat_template_path: tokenizer_config_path.clone(),
         ..TokenizerSettings::default()
     };
     if let Some(config) = &config {
@@ -54,9 +79,10 @@ pub(crate) fn read_settings(dir: &Path) -> TokenizerResult<(TokenizerSettings, T
         if settings.bos.is_none() {
             settings.bos = id_field(generation, "bos_token_id", &generation_path)?;
         }
-        settings
-            .eos
-            .extend(ids_field(generation, "eos_token_id", &generation_path)?);
+        let eos = ids_field(generation, "eos_token_id", &generation_path)?;
+        if !eos.is_empty() {
+            settings.eos = eos;
+        }
     }
     let mut names = TokenNames::default();
     if let Some(tok) = &tok_config {
@@ -72,7 +98,26 @@ pub(crate) fn read_settings(dir: &Path) -> TokenizerResult<(TokenizerSettings, T
         }
         names.bos = token_name(tok, "bos_token", &tokenizer_config_path)?;
         names.eos = token_name(tok, "eos_token", &tokenizer_config_path)?;
+        for key in NAMED_SPECIAL_TOKENS {
+            if let Some(name) = token_name(tok, key, &tokenizer_config_path)? {
+                settings.special_tokens.insert(key.to_string(), name);
+            }
+        }
         settings.chat_template = chat_template(tok, &tokenizer_config_path)?;
+    }
+    let template_file = dir.join(CHAT_TEMPLATE_FILE);
+    match std::fs::read_to_string(&template_file) {
+        Ok(text) => {
+            settings.chat_template = Some(text);
+            settings.chat_template_path = template_file;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(TokenizerError::MissingFile {
+                path: template_file,
+                reason: e.to_string(),
+            })
+        }
     }
     settings.eos.sort_unstable();
     settings.eos.dedup();
@@ -211,11 +256,20 @@ mod tests {
         );
         let (s, names) = read_settings(dir.path()).unwrap();
         assert_eq!(s.bos, Some(2));
-        assert_eq!(s.eos, vec![1, 50, 106]);
+        // generation_config.json's list replaces config.json's, as in HF's generate.
+        assert_eq!(s.eos, vec![50, 106]);
         assert!(!s.add_bos);
         assert_eq!(s.chat_template.as_deref(), Some("<start_of_turn>"));
         assert_eq!(names.bos.as_deref(), Some("<bos>"));
         assert_eq!(names.eos.as_deref(), Some("<eos>"));
+        assert_eq!(s.special_tokens["bos_token"], "<bos>");
+        assert_eq!(s.special_tokens["eos_token"], "<eos>");
+
+        // chat_template.jinja takes priority over tokenizer_config.json's template.
+        write(dir.path(), "chat_template.jinja", "{{ bos_token }}jinja");
+        let (s, _) = read_settings(dir.path()).unwrap();
+        assert_eq!(s.chat_template.as_deref(), Some("{{ bos_token }}jinja"));
+        assert!(s.chat_template_path.ends_with("chat_template.jinja"));
     }
 
     #[test]

@@ -10,12 +10,15 @@ use crate::cli::args::{ModelArgs, SamplingArgs, ScheduleChoice};
 /// `mtp bench`: plain decode vs MTP on a prompt set, interleaved in one process.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Where the models are and what runs them (a drafter is required).
+    /// Where the models are and what runs them (a drafter, or --draft-kind ngram, is required).
     #[command(flatten)]
     pub model: ModelArgs,
     /// How tokens are chosen (greedy by default; every variant uses the same settings).
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    /// What drafts in the MTP variants (one proposer per run).
+    #[command(flatten)]
+    pub proposers: crate::cli::proposer_args::ProposerArgs,
     /// The benchmark plan.
     #[command(flatten)]
     pub plan: PlanArgs,

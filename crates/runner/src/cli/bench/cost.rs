@@ -31,8 +31,8 @@ pub struct CostModels<'a, B: Backend> {
     pub backend: &'a B,
     /// The target (untimed: this module keeps its own clock).
     pub target: &'a dyn TargetModel<B>,
-    /// The drafter.
-    pub drafter: &'a dyn MtpDrafter<B>,
+    /// The drafter (`None` for a proposer without one, such as prompt lookup: no t_d).
+    pub drafter: Option<&'a dyn MtpDrafter<B>>,
 }
 
 /// Measure t_v(1..=max_width) and t_d `reps` times each after one warm-up round, interleaving
@@ -54,9 +54,11 @@ pub fn measure<B: Backend>(
     for round in 0..=reps {
         let measured = round > 0;
         let current = context_ids.last().copied().unwrap_or(0);
-        let elapsed = time_draft_step(models, current, &hidden, context, &caches)?;
-        if measured {
-            draft_step.push(elapsed);
+        if let Some(drafter) = models.drafter {
+            let elapsed = time_draft_step(models, drafter, current, &hidden, context, &caches)?;
+            if measured {
+                draft_step.push(elapsed);
+            }
         }
         for (w, samples) in (1..=max_width).zip(verify.iter_mut()) {
             let input: Vec<u32> = context_ids.iter().copied().cycle().take(w).collect();
@@ -105,6 +107,7 @@ fn time_verify<B: Backend>(
 /// One drafter step from `(embed(current), hidden)` at `position`.
 fn time_draft_step<B: Backend>(
     models: &CostModels<'_, B>,
+    drafter: &dyn MtpDrafter<B>,
     current: u32,
     hidden: &B::Array,
     position: usize,
@@ -115,9 +118,7 @@ fn time_draft_step<B: Backend>(
     let t0 = Instant::now();
     let embedding = models.target.token_embeddings(backend, &token)?;
     let input = backend.concat(&[&embedding, hidden], 2)?;
-    let step = models
-        .drafter
-        .draft_step(backend, &input, position, caches)?;
+    let step = drafter.draft_step(backend, &input, position, caches)?;
     let argmax = backend.argmax(&step.logits, 2)?;
     backend.eval(&[&argmax, &step.projected])?;
     Ok(t0.elapsed())

@@ -16,7 +16,12 @@ mod variant;
 use std::path::Path;
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use anyhow::{bail, Context as _};
+use mtp_core::engine::Engine;
+use mtp_core::model::MtpDrafter;
+use mtp_core::proposer::NgramOptions;
 use mtp_core::Backend;
 use runner::loading::LoadOptions;
 use runner::{ModelPaths, Pipeline, PromptFormat};
@@ -29,6 +34,7 @@ use self::report::{Context, Report, Setup};
 use self::timed::{ModelClock, TimedDrafter, TimedTarget};
 use super::backend::{with_backend, AnyBackend};
 use super::console;
+use super::load_plan::prepare_load;
 use super::progress::load_pipeline;
 
 /// Run `mtp bench`.
@@ -36,18 +42,29 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let sampling = args.sampling.options();
     sampling.validate().context("invalid sampling option")?;
     let plan = Plan::resolve(&args.plan, sampling)?;
-    let paths = args.model.paths()?;
-    if paths.drafter.is_none() {
-        bail!("mtp bench compares MTP with plain decode and needs a drafter: pass --draft DIR");
+    let mut paths = args.model.paths()?;
+    let proposers = args.proposers.choice(paths.drafter.as_deref())?;
+    if !proposers.is_speculative() {
+        bail!(
+            "mtp bench compares MTP with plain decode and needs a drafter or another \
+             proposer: pass --draft DIR or --draft-kind ngram"
+        );
     }
     super::model_check::check_paths(&paths)?;
     check_writable(&args.plan.json)?;
+    if proposers.mtp.is_some() && proposers.ngram.is_some() {
+        bail!("mtp bench measures one proposer per run: pass one --draft-kind");
+    }
+    paths.drafter = proposers.mtp.clone();
     let backend = AnyBackend::open(&args.model)?;
-    let options = LoadOptions {
-        dtype: args.model.dtype.into(),
-    };
-    let dtype = format!("{:?}", args.model.dtype).to_lowercase();
-    let report = with_backend!(backend, |b| run_on(b, &plan, &paths, &options, dtype))?;
+    let ngram = proposers.ngram;
+    let report = with_backend!(backend, |b| {
+        // Prompts are short; the context is dominated by what the bench generates.
+        let context = plan.num_predict.saturating_add(4096);
+        let options = prepare_load(&b, &args.model, &paths, context)?;
+        let dtype = options.dtype.to_string();
+        run_on(b, &plan, &paths, ngram, &options, dtype)
+    })?;
     console::out(&table::render(&report))?;
     let json = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
     std::fs::write(&args.plan.json, json + "\n")
@@ -64,13 +81,11 @@ fn run_on<B: Backend>(
     backend: B,
     plan: &Plan,
     paths: &ModelPaths,
+    ngram: Option<NgramOptions>,
     options: &LoadOptions,
     dtype: String,
 ) -> anyhow::Result<Report> {
-    let pipeline = load_pipeline(backend, paths, options)?;
-    let Some(drafter) = pipeline.drafter() else {
-        bail!("no drafter was loaded");
-    };
+    let pipeline = load_pipeline(backend, paths, options)?.with_ngram(ngram);
     let prompt_ids = plan
         .prompts
         .iter()
@@ -85,8 +100,15 @@ fn run_on<B: Backend>(
 
     let clock = ModelClock::new(plan.model_clock);
     let timed_target = TimedTarget::new(pipeline.target(), &clock);
-    let timed_drafter = TimedDrafter::new(drafter, &clock);
-    let engine = timed_engine(&pipeline, &timed_drafter, &timed_target);
+    let timed_drafter = pipeline.drafter().map(|d| TimedDrafter::new(d, &clock));
+    // Prompt lookup runs on the host: its time is round time outside model calls.
+    let engine = match (&timed_drafter, pipeline.ngram()) {
+        (Some(drafter), _) => timed_engine(&pipeline, drafter, &timed_target),
+        (None, Some(ngram)) => Engine::new(pipeline.backend(), &timed_target)
+            .with_proposer(ngram)
+            .with_env(Arc::new(|_| None)),
+        (None, None) => bail!("no proposer was loaded"),
+    };
     let max_width = plan.max_width.max(deepest_draft(&engine, &work)? + 1);
     let context_ids = cost_context(&pipeline, &prompt_ids, plan.num_predict, max_width)?;
     tracing::info!(
@@ -97,7 +119,7 @@ fn run_on<B: Backend>(
     let models = CostModels {
         backend: pipeline.backend(),
         target: pipeline.target(),
-        drafter,
+        drafter: pipeline.drafter().map(|d| d as &dyn MtpDrafter<B>),
     };
     let cost = cost::measure(&models, &context_ids, max_width, plan.cost_reps)
         .context("cannot time the cost curve")?;
@@ -106,7 +128,11 @@ fn run_on<B: Backend>(
     let lengths = prompt_ids.iter().map(|p| p.len() as f64);
     let setup = Setup {
         target: absolute(&paths.target),
-        drafter: paths.drafter.as_deref().map(absolute).unwrap_or_default(),
+        drafter: match (&paths.drafter, ngram) {
+            (Some(dir), _) => absolute(dir),
+            (None, Some(n)) => format!("ngram (prompt lookup, n = {}..={})", n.min, n.max),
+            (None, None) => String::new(),
+        },
         backend: pipeline.backend().name(),
         dtype,
         prompts_file: absolute(&plan.prompts_file),

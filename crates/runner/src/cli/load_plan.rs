@@ -1,0 +1,58 @@
+//! What `generate` and `bench` settle before loading: the compute dtype (`--dtype auto`) and
+//! whether the models fit in memory at the context the run needs.
+
+use anyhow::bail;
+use mtp_core::{Backend, DType};
+use runner::loading::{auto_dtype, available_memory, estimate_memory, LoadOptions};
+use runner::ModelPaths;
+
+use super::args::ModelArgs;
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// The load options for `paths` on `backend`: `--dtype` (auto: the backend's best for the
+/// checkpoint), after printing the memory the weights and a KV cache of `context` positions
+/// need, and refusing when that exceeds the available memory (unless `--ignore-memory-limit`).
+pub fn prepare_load<B: Backend>(
+    backend: &B,
+    args: &ModelArgs,
+    paths: &ModelPaths,
+    context: usize,
+) -> anyhow::Result<LoadOptions> {
+    // An unreadable directory is reported by the load itself, with its context: `auto` then
+    // falls back to what the backend computes f32 weights in.
+    let dtype = match args.dtype.fixed() {
+        Some(dtype) => dtype,
+        None => auto_dtype(backend, &paths.target)
+            .unwrap_or_else(|_| backend.preferred_dtype(DType::F32)),
+    };
+    let Ok(estimate) = estimate_memory(&paths.target, paths.drafter.as_deref(), dtype, context)
+    else {
+        // The load itself reports what is wrong with the directory, with its context.
+        return Ok(LoadOptions { dtype });
+    };
+    let needed = estimate.total();
+    let available = available_memory();
+    let shown = available.map_or(String::new(), |a| {
+        format!(", {:.2} GiB available", a as f64 / GIB)
+    });
+    eprintln!(
+        "memory: {:.2} GiB of weights ({dtype}) + {:.2} GiB KV cache at {} positions = {:.2} GiB{shown}",
+        estimate.weights as f64 / GIB,
+        estimate.kv_cache as f64 / GIB,
+        estimate.context,
+        needed as f64 / GIB,
+    );
+    if let Some(available) = available {
+        if needed > available && !args.ignore_memory_limit {
+            bail!(
+                "the models need about {:.2} GiB but only {:.2} GiB of memory is available: use a \
+                 smaller model, a half-precision --dtype, a shorter --num-predict, or pass \
+                 --ignore-memory-limit to load anyway",
+                needed as f64 / GIB,
+                available as f64 / GIB
+            );
+        }
+    }
+    Ok(LoadOptions { dtype })
+}

@@ -1,0 +1,178 @@
+//! `mtp serve`: load the pair on a worker thread, then serve the ollama and OpenAI APIs.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use runner::server::{self, AppState, ServerConfig, WorkerEngine, WorkerOptions};
+
+use super::args::{DraftArgs, ModelArgs};
+use super::backend::{with_backend, AnyBackend};
+use super::load_plan::prepare_load;
+use super::progress::load_pipeline;
+use super::proposer_args::ProposerArgs;
+
+/// `mtp serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where the models are and what runs them.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Speculative decoding (applies to every request).
+    #[command(flatten)]
+    pub draft: DraftArgs,
+    /// What drafts (as for `generate`).
+    #[command(flatten)]
+    pub proposers: ProposerArgs,
+    /// Server options.
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+fn seconds(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1e7 => Ok(Duration::from_secs_f64(v)),
+        Ok(_) => Err("must be a number of seconds > 0".to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn bounded(lo: usize, hi: usize) -> impl Fn(&str) -> Result<usize, String> + Clone {
+    move |s: &str| match s.parse::<usize>() {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        Ok(_) => Err(format!("must be between {lo} and {hi}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Where the server listens and how it treats requests.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Server")]
+pub struct ServerArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 picks a free one; the address is printed on stderr).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// The model name requests must use [default: the target directory's name].
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Require `Authorization: Bearer KEY` on every request [default: no key].
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// Requests that may wait for the engine; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = bounded(1, 4096))]
+    pub queue: usize,
+    /// End a request (queue wait included) after this many seconds [default: no limit].
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    pub request_timeout: Option<Duration>,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 4 << 20, value_name = "BYTES", value_parser = bounded(1024, 1 << 30))]
+    pub max_body: usize,
+    /// Most tokens one request may generate (larger num_predict / max_tokens are clamped).
+    #[arg(long, default_value_t = 8192, value_name = "N", value_parser = bounded(1, 1 << 20))]
+    pub max_tokens: usize,
+    /// After SIGTERM / Ctrl-C, seconds in-flight requests may still run before they are
+    /// cancelled.
+    #[arg(long, default_value = "10", value_name = "SECS", value_parser = seconds)]
+    pub shutdown_grace: Duration,
+}
+
+/// Run `mtp serve`.
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut paths = args.model.paths()?;
+    let ngram = if args.draft.no_draft {
+        paths.drafter = None;
+        None
+    } else {
+        let choice = args.proposers.choice(paths.drafter.as_deref())?;
+        paths.drafter = choice.mtp.clone();
+        choice.ngram
+    };
+    let name = match &args.server.name {
+        Some(name) => name.clone(),
+        None => model_name(&paths.target),
+    };
+    let addr: SocketAddr = format!("{}:{}", args.server.host, args.server.port)
+        .parse()
+        .or_else(|_| {
+            use std::net::ToSocketAddrs;
+            (args.server.host.as_str(), args.server.port)
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or(())
+        })
+        .map_err(|_| anyhow::anyhow!("cannot resolve --host {}", args.server.host))?;
+    let backend_args: ModelArgs = args.model;
+    let load_paths = paths.clone();
+    let worker = WorkerEngine::spawn(
+        &paths,
+        WorkerOptions::from_process_env(name.clone(), args.server.queue),
+        move |seat| match AnyBackend::open(&backend_args) {
+            Err(e) => seat.fail(e.into()),
+            // The memory check counts the KV cache at the model's whole context (the estimate
+            // clamps to it): any request may use all of it.
+            Ok(backend) => with_backend!(backend, |b| {
+                match prepare_load(&b, &backend_args, &load_paths, usize::MAX) {
+                    Err(e) => seat.fail(e.into()),
+                    Ok(options) => seat.run(
+                        load_pipeline(b, &load_paths, &options)
+                            .map(|p| p.with_ngram(ngram))
+                            .map_err(Into::into),
+                    ),
+                }
+            }),
+        },
+    )
+    .map_err(|e| anyhow::anyhow!(e))
+    .context("cannot start the model worker")?;
+    let config = ServerConfig {
+        api_key: args.server.api_key.clone().filter(|k| !k.is_empty()),
+        max_body_bytes: args.server.max_body,
+        max_tokens: args.server.max_tokens,
+        request_timeout: args.server.request_timeout,
+        draft: args.draft.overrides(),
+        shutdown_grace: args.server.shutdown_grace,
+        ..ServerConfig::default()
+    };
+    let state = AppState::new(std::sync::Arc::new(worker), config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let local = listener.local_addr().context("no local address")?;
+        eprintln!(
+            "mtp serve: model `{name}` on http://{local} (ollama /api/*, OpenAI /v1/*, /metrics)"
+        );
+        server::serve(listener, state, server::shutdown_signal())
+            .await
+            .context("the server failed")
+    })?;
+    eprintln!("mtp serve: stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The directory's name (`models/default/target` is named after its parent: `default`).
+fn model_name(target: &std::path::Path) -> String {
+    let canonical = target
+        .canonicalize()
+        .unwrap_or_else(|_| target.to_path_buf());
+    let base = canonical
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".to_string());
+    if base == "target" {
+        if let Some(parent) = canonical.parent().and_then(|p| p.file_name()) {
+            return parent.to_string_lossy().into_owned();
+        }
+    }
+    base
+}

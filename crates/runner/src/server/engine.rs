@@ -1,0 +1,180 @@
+//! The async engine handle the HTTP side talks to, and what flows through it.
+//!
+//! A worker thread ([`super::worker::WorkerEngine`]) owns the backend and the models (MLX arrays
+//! must stay on one thread); requests reach it through a bounded queue and are served one at a
+//! time, in order; text streams back through a channel per request.
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use mtp_core::engine::{CancelToken, GenerateRequest, MtpStats, Response};
+use tokio::sync::mpsc;
+
+pub use super::logprobs::TokenLogprob;
+use crate::tokenizer::{ChatTemplate, Tokenizer};
+
+/// What the server says about the loaded model pair.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// The name requests must use (the target directory's name, or `--name`).
+    pub name: String,
+    /// The longest sequence (prompt + generated tokens) the target accepts.
+    pub max_context: usize,
+    /// Whether an MTP drafter is loaded.
+    pub drafter: bool,
+    /// The backend's name.
+    pub backend: String,
+    /// Bytes of the weight files of the pair.
+    pub size_bytes: u64,
+    /// When the server loaded the pair.
+    pub loaded_at: std::time::SystemTime,
+    /// How long loading took.
+    pub load_duration: Duration,
+}
+
+/// One generation for the worker.
+#[derive(Debug, Clone)]
+pub struct GenerationJob {
+    /// The engine request (prompt ids, sampling, budget, EOS, draft overrides).
+    pub request: GenerateRequest,
+    /// Stop strings; the text stops before the first one.
+    pub stop: Vec<String>,
+    /// Cancelled when the client goes away.
+    pub cancel: CancelToken,
+    /// Cancelled when the server's shutdown grace period is over.
+    pub shutdown: CancelToken,
+    /// The request fails with [`FinishReason::Timeout`] past this instant (queue wait included).
+    pub deadline: Option<Instant>,
+    /// Log-probabilities of each emitted token with this many alternatives (`None`: not asked).
+    pub logprobs: Option<usize>,
+}
+
+/// What a request receives, in order: text pieces, then one `Finished` or `Failed`.
+#[derive(Debug, Clone)]
+pub enum GenerationEvent {
+    /// Text to send (never a partial character; never text at or after a stop string), with
+    /// the log-probabilities of the tokens committed since the previous piece (when asked for).
+    Text {
+        /// The text.
+        text: String,
+        /// The tokens' log-probabilities.
+        logprobs: Vec<TokenLogprob>,
+    },
+    /// The generation ended.
+    Finished(Box<Finished>),
+    /// The generation failed (an engine error).
+    Failed(String),
+}
+
+/// Why a generation ended, as the APIs report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An EOS token or a stop string.
+    Stop,
+    /// The token budget (or the context) was reached.
+    Length,
+    /// The client went away or the server is shutting down.
+    Cancelled,
+    /// `--request-timeout` passed.
+    Timeout,
+}
+
+impl FinishReason {
+    /// The ollama `done_reason`.
+    pub fn ollama(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::Timeout => "timeout",
+        }
+    }
+
+    /// The OpenAI `finish_reason` (its enum has no value for a cut-short generation other than
+    /// `length`).
+    pub fn openai(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length | FinishReason::Cancelled | FinishReason::Timeout => "length",
+        }
+    }
+}
+
+/// The end of one generation.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// Why it ended.
+    pub reason: FinishReason,
+    /// Prompt tokens evaluated.
+    pub prompt_tokens: usize,
+    /// Tokens generated (the ones carrying a stop string included).
+    pub completion_tokens: usize,
+    /// Time waiting in the queue.
+    pub queued: Duration,
+    /// Time to evaluate the prompt and choose the first token.
+    pub prompt_eval_duration: Duration,
+    /// Time generating after the first token.
+    pub eval_duration: Duration,
+    /// Speculative statistics (MTP modes only).
+    pub mtp: Option<MtpStats>,
+}
+
+impl Finished {
+    /// A generation that ended before the engine ran (cancelled or timed out in the queue).
+    pub fn before_start(reason: FinishReason, queued: Duration) -> Self {
+        Self {
+            reason,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            queued,
+            prompt_eval_duration: Duration::ZERO,
+            eval_duration: Duration::ZERO,
+            mtp: None,
+        }
+    }
+
+    /// From the engine's response.
+    pub fn from_response(response: Response, reason: FinishReason, queued: Duration) -> Self {
+        Self {
+            reason,
+            prompt_tokens: response.prompt_eval_count,
+            completion_tokens: response.eval_count,
+            queued,
+            prompt_eval_duration: response.prompt_eval_duration,
+            eval_duration: response.eval_duration,
+            mtp: response.mtp,
+        }
+    }
+}
+
+/// Why a job was not accepted.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SubmitError {
+    /// The queue is full; try again later.
+    #[error("the server is busy: {depth} requests are queued; retry later")]
+    QueueFull {
+        /// The queue's capacity.
+        depth: usize,
+    },
+    /// The worker has stopped (shutdown or a fatal engine error).
+    #[error("the model worker has stopped")]
+    WorkerGone,
+}
+
+/// The events of one submitted job.
+pub type EventReceiver = mpsc::UnboundedReceiver<GenerationEvent>;
+
+/// The engine as the HTTP handlers see it.
+#[async_trait]
+pub trait EngineHandle: Send + Sync + 'static {
+    /// The loaded pair.
+    fn model(&self) -> &ModelInfo;
+    /// The target's tokenizer (prompts are tokenized on the HTTP side).
+    fn tokenizer(&self) -> &Tokenizer;
+    /// The target's chat template, compiled at start, or why there is none.
+    fn chat_template(&self) -> Result<&ChatTemplate, String>;
+    /// Queue a job; its events arrive on the returned channel.
+    async fn submit(&self, job: GenerationJob) -> Result<EventReceiver, SubmitError>;
+    /// Jobs waiting in the queue (not counting the running one).
+    fn queue_depth(&self) -> usize;
+}

@@ -1,0 +1,436 @@
+//! The ollama API: `POST /api/generate`, `POST /api/chat` (NDJSON streams by default,
+//! `"stream": false` for one object), `GET /api/tags`, `POST /api/show`, `GET /api/ps`,
+//! `GET /api/version`.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::StreamExt;
+use mtp_core::sampling::SamplerOptions;
+use serde::Serialize;
+use serde_json::json;
+
+use super::body::parse;
+use super::engine::TokenLogprob;
+use super::engine::{Finished, GenerationEvent, GenerationJob};
+use super::error::{Api, ApiError};
+use super::ollama_types::Logprob;
+use super::ollama_types::{
+    ChatBody, ChatChunk, GenerateBody, GenerateChunk, ListModel, Message, Metrics, ModelDetails,
+    Options, RunningModel, ShowBody, Tail,
+};
+use super::request::{in_range, top_logprobs, AppState};
+use super::stream;
+use crate::tokenizer::{ChatMessage, ChatOptions};
+
+const API: Api = Api::Ollama;
+
+/// ollama's defaults for options a request leaves out (`api.DefaultOptions`).
+fn sampling(options: &Options) -> Result<SamplerOptions, ApiError> {
+    let defaults = SamplerOptions {
+        temperature: 0.8,
+        top_k: 40,
+        top_p: 0.9,
+        min_p: 0.0,
+        repeat_penalty: 1.0,
+        presence_penalty: 0.0,
+        frequency_penalty: 0.0,
+        repeat_last_n: 64,
+        seed: None,
+    };
+    let nonneg = |name: &str, v: Option<i64>, default: usize| -> Result<usize, ApiError> {
+        match v {
+            None => Ok(default),
+            Some(v) if v <= 0 => Ok(0),
+            Some(v) => usize::try_from(v)
+                .map_err(|_| ApiError::bad_request(API, format!("{name} is too large"))),
+        }
+    };
+    let finite = |name: &str, v: Option<f32>, default: f32| -> Result<f32, ApiError> {
+        match v {
+            None => Ok(default),
+            Some(v) => in_range(API, name, v, f32::MIN, f32::MAX),
+        }
+    };
+    if options.typical_p.is_some_and(|p| p != 1.0) {
+        return Err(ApiError::bad_request(API, "typical_p is not supported"));
+    }
+    Ok(SamplerOptions {
+        temperature: finite("temperature", options.temperature, defaults.temperature)?,
+        top_k: nonneg("top_k", options.top_k, defaults.top_k)?,
+        top_p: finite("top_p", options.top_p, defaults.top_p)?,
+        min_p: finite("min_p", options.min_p, defaults.min_p)?,
+        repeat_penalty: finite(
+            "repeat_penalty",
+            options.repeat_penalty,
+            defaults.repeat_penalty,
+        )?,
+        presence_penalty: finite("presence_penalty", options.presence_penalty, 0.0)?,
+        frequency_penalty: finite("frequency_penalty", options.frequency_penalty, 0.0)?,
+        // ollama: -1 means the whole context; the penalty window is then the history kept.
+        repeat_last_n: match options.repeat_last_n {
+            Some(-1) => usize::MAX / 2,
+            v => nonneg("repeat_last_n", v, defaults.repeat_last_n)?,
+        },
+        // ollama: -1 (or any negative seed) means random.
+        seed: options.seed.and_then(|s| u64::try_from(s).ok()),
+    })
+}
+
+/// `num_predict`: negative (ollama's -1 and -2) means as many as fit.
+fn num_predict(options: &Options) -> Option<usize> {
+    options.num_predict.and_then(|n| usize::try_from(n).ok())
+}
+
+fn refuse_unsupported(
+    format: &Option<serde_json::Value>,
+    think: &Option<serde_json::Value>,
+) -> Result<(), ApiError> {
+    if format.as_ref().is_some_and(|f| !f.is_null() && f != "") {
+        return Err(ApiError::bad_request(
+            API,
+            "`format` (JSON or schema-constrained output) is not supported yet",
+        ));
+    }
+    if think.as_ref().is_some_and(|t| t != false && !t.is_null()) {
+        return Err(ApiError::bad_request(API, "`think` is not supported yet"));
+    }
+    Ok(())
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn metrics(done: &Finished, total: Duration) -> Metrics {
+    Metrics {
+        total_duration: nanos(total),
+        load_duration: 0,
+        prompt_eval_count: done.prompt_tokens,
+        prompt_eval_duration: nanos(done.prompt_eval_duration),
+        eval_count: done.completion_tokens,
+        eval_duration: nanos(done.eval_duration),
+    }
+}
+
+/// `POST /api/generate`.
+pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
+    let body: GenerateBody = parse(API, &body)?;
+    state.check_model(API, &body.model)?;
+    refuse_unsupported(&body.format, &body.think)?;
+    let logprobs = top_logprobs(API, body.logprobs, Some(body.top_logprobs))?;
+    if body.images.as_ref().is_some_and(|i| !i.is_empty()) {
+        return Err(ApiError::bad_request(
+            API,
+            "images are not supported (text models only)",
+        ));
+    }
+    if !body.suffix.is_empty() {
+        return Err(ApiError::bad_request(
+            API,
+            "`suffix` (fill-in-the-middle) is not supported",
+        ));
+    }
+    if body.context.as_ref().is_some_and(|c| !c.is_empty()) {
+        return Err(ApiError::bad_request(
+            API,
+            "`context` is not supported; send the conversation to /api/chat",
+        ));
+    }
+    if body.template.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::bad_request(
+            API,
+            "`template` overrides (Go templates) are not supported; the model's own chat \
+             template is used, or send `raw: true` with a formatted prompt",
+        ));
+    }
+    let name = state.engine.model().name.clone();
+    if body.prompt.is_empty() {
+        // ollama answers an empty prompt by loading the model.
+        return Ok(Json(GenerateChunk {
+            model: name,
+            created_at: now_rfc3339(),
+            response: String::new(),
+            done: true,
+            tail: Tail::loaded(),
+        })
+        .into_response());
+    }
+    let options = body.options.clone().unwrap_or_default();
+    let prompt = if body.raw || state.engine.chat_template().is_err() {
+        state.raw_prompt(API, &body.prompt)?
+    } else {
+        let mut messages = Vec::new();
+        if let Some(system) = body.system.as_deref().filter(|s| !s.is_empty()) {
+            messages.push(ChatMessage::text("system", system));
+        }
+        messages.push(ChatMessage::text("user", &body.prompt));
+        state.chat_prompt(API, &messages, &ChatOptions::default())?
+    };
+    let job = job(&state, prompt, &options, logprobs)?;
+    let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| GenerateChunk {
+        model: name.clone(),
+        created_at: now_rfc3339(),
+        response: text,
+        done: done.is_some(),
+        tail: Tail::of(lps, done),
+    };
+    respond(&state, job, body.stream.unwrap_or(true), started, frame).await
+}
+
+/// `POST /api/chat`.
+pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
+    let body: ChatBody = parse(API, &body)?;
+    state.check_model(API, &body.model)?;
+    refuse_unsupported(&body.format, &body.think)?;
+    let logprobs = top_logprobs(API, body.logprobs, Some(body.top_logprobs))?;
+    if body.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::bad_request(
+            API,
+            "`tools` (function calling) is not supported yet",
+        ));
+    }
+    let name = state.engine.model().name.clone();
+    if body.messages.is_empty() {
+        return Ok(Json(ChatChunk {
+            model: name,
+            created_at: now_rfc3339(),
+            message: assistant(String::new()),
+            done: true,
+            tail: Tail::loaded(),
+        })
+        .into_response());
+    }
+    let mut messages = Vec::with_capacity(body.messages.len());
+    for m in &body.messages {
+        if m.images.as_ref().is_some_and(|i| !i.is_empty()) {
+            return Err(ApiError::bad_request(
+                API,
+                "images are not supported (text models only)",
+            ));
+        }
+        if m.tool_calls.as_ref().is_some_and(|t| !t.is_empty()) || m.role == "tool" {
+            return Err(ApiError::bad_request(
+                API,
+                "tool messages are not supported yet",
+            ));
+        }
+        let mut message = ChatMessage::text(&m.role.to_lowercase(), &m.content);
+        message.reasoning_content = m.thinking.clone().filter(|t| !t.is_empty());
+        messages.push(message);
+    }
+    let options = body.options.clone().unwrap_or_default();
+    let prompt = state.chat_prompt(API, &messages, &ChatOptions::default())?;
+    let job = job(&state, prompt, &options, logprobs)?;
+    let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| ChatChunk {
+        model: name.clone(),
+        created_at: now_rfc3339(),
+        message: assistant(text),
+        done: done.is_some(),
+        tail: Tail::of(lps, done),
+    };
+    respond(&state, job, body.stream.unwrap_or(true), started, frame).await
+}
+
+/// The end of a generation and the request's total time, on the last object only.
+type Done<'a> = Option<(&'a Finished, Duration)>;
+
+impl Tail {
+    fn of(lps: Option<&[TokenLogprob]>, done: Done<'_>) -> Self {
+        Self {
+            logprobs: lps.map(|l| l.iter().map(Logprob::from_engine).collect()),
+            done_reason: done.map(|(d, _)| d.reason.ollama().to_string()),
+            metrics: done.map(|(d, total)| metrics(d, total)),
+            mtp: done.and_then(|(d, _)| d.mtp.clone()),
+        }
+    }
+
+    /// ollama's answer to a request without a prompt: the model is loaded.
+    fn loaded() -> Self {
+        Self {
+            done_reason: Some("load".into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// The job of a generate or chat request: budget, sampling, stop strings, log-probabilities.
+fn job(
+    state: &AppState,
+    prompt: Vec<u32>,
+    options: &Options,
+    logprobs: Option<usize>,
+) -> Result<GenerationJob, ApiError> {
+    let budget = state.budget(prompt.len(), num_predict(options));
+    let stop = options.stop.clone().unwrap_or_default();
+    state.job(API, prompt, sampling(options)?, budget, stop, logprobs)
+}
+
+fn assistant(content: String) -> Message {
+    Message {
+        role: "assistant".into(),
+        content,
+        ..Message::default()
+    }
+}
+
+/// Submit `job` and answer with an NDJSON stream of `frame`s, or one object.
+async fn respond<T, F>(
+    state: &AppState,
+    job: GenerationJob,
+    streaming: bool,
+    started: std::time::Instant,
+    frame: F,
+) -> Result<Response, ApiError>
+where
+    T: Serialize + Send + 'static,
+    F: Fn(String, Option<&[TokenLogprob]>, Done<'_>) -> T + Send + 'static,
+{
+    let cancel = job.cancel.clone();
+    let with_logprobs = job.logprobs.is_some();
+    let receiver = state
+        .engine
+        .submit(job)
+        .await
+        .map_err(|e| ApiError::from_submit(API, &e))?;
+    if !streaming {
+        let all = stream::collect(receiver, cancel)
+            .await
+            .map_err(|e| ApiError::new(API, StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        let lps = with_logprobs.then_some(all.logprobs.as_slice());
+        return Ok(
+            Json(frame(all.text, lps, Some((&all.done, started.elapsed())))).into_response(),
+        );
+    }
+    let lines = stream::events(receiver, cancel).map(move |event| {
+        let line = match event {
+            GenerationEvent::Text { text, logprobs } => {
+                let lps = with_logprobs.then_some(logprobs.as_slice());
+                serde_json::to_string(&frame(text, lps, None))
+            }
+            GenerationEvent::Finished(done) => serde_json::to_string(&frame(
+                String::new(),
+                None,
+                Some((&done, started.elapsed())),
+            )),
+            GenerationEvent::Failed(e) => Ok(json!({ "error": e }).to_string()),
+        };
+        let mut line = line.unwrap_or_else(|e| json!({ "error": e.to_string() }).to_string());
+        line.push('\n');
+        Ok::<_, Infallible>(Bytes::from(line))
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(lines),
+    )
+        .into_response())
+}
+
+fn details() -> ModelDetails {
+    ModelDetails {
+        parent_model: String::new(),
+        format: "safetensors".into(),
+        family: "gemma4".into(),
+        families: vec!["gemma4".into()],
+        parameter_size: String::new(),
+        quantization_level: String::new(),
+    }
+}
+
+fn digest(state: &AppState) -> String {
+    use std::hash::{Hash, Hasher};
+    let model = state.engine.model();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&model.name, model.size_bytes, model.max_context).hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+fn modified_at(state: &AppState) -> String {
+    chrono::DateTime::<chrono::Utc>::from(state.engine.model().loaded_at)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// `GET /api/tags`.
+pub async fn tags(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let model = state.engine.model();
+    let entry = ListModel {
+        name: model.name.clone(),
+        model: model.name.clone(),
+        modified_at: modified_at(&state),
+        size: model.size_bytes,
+        digest: digest(&state),
+        details: details(),
+    };
+    Json(json!({ "models": [entry] }))
+}
+
+/// `GET /api/ps`.
+pub async fn ps(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let model = state.engine.model();
+    let entry = RunningModel {
+        name: model.name.clone(),
+        model: model.name.clone(),
+        size: model.size_bytes,
+        digest: digest(&state),
+        details: details(),
+        // Loaded for the server's lifetime.
+        expires_at: "9999-12-31T23:59:59Z".into(),
+        size_vram: 0,
+        context_length: model.max_context,
+    };
+    Json(json!({ "models": [entry] }))
+}
+
+/// `POST /api/show`.
+pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let body: ShowBody = parse(API, &body)?;
+    let asked = if body.model.is_empty() {
+        &body.name
+    } else {
+        &body.model
+    };
+    if asked.is_empty() {
+        return Err(ApiError::bad_request(API, "`model` is required"));
+    }
+    state.check_model(API, asked)?;
+    let model = state.engine.model();
+    let template = state
+        .engine
+        .tokenizer()
+        .settings()
+        .chat_template
+        .clone()
+        .unwrap_or_default();
+    let capabilities = ["completion"];
+    Ok(Json(json!({
+        "modelfile": format!("# served by mtp-rs\nFROM {}\n", model.name),
+        "parameters": "",
+        "template": template,
+        "details": details(),
+        "model_info": {
+            "general.architecture": "gemma4",
+            "gemma4.context_length": model.max_context,
+            "mtp.drafter": model.drafter,
+            "mtp.backend": model.backend,
+        },
+        "capabilities": capabilities,
+        "modified_at": modified_at(&state),
+    }))
+    .into_response())
+}
+
+/// `GET /api/version`.
+pub async fn version() -> Json<serde_json::Value> {
+    Json(json!({ "version": env!("CARGO_PKG_VERSION") }))
+}

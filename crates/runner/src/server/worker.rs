@@ -1,0 +1,361 @@
+//! The worker thread that owns the backend and the models, and serves queued jobs one at a time.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use mtp_core::engine::{DoneReason, SinkFlow};
+use mtp_core::Backend;
+use tokio::sync::mpsc;
+
+use super::engine::{
+    EngineHandle, EventReceiver, FinishReason, Finished, GenerationEvent, GenerationJob, ModelInfo,
+    SubmitError,
+};
+use super::logprobs::Scorer;
+use super::metrics;
+use super::stop::StopMatcher;
+use crate::tokenizer::{ChatTemplate, Tokenizer};
+use crate::{ModelPaths, Pipeline};
+
+/// Settings of the worker, resolved once at start.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// The name requests must use.
+    pub name: String,
+    /// How many jobs may wait (beyond the running one) before submissions get "busy".
+    pub queue_depth: usize,
+    /// The `MTP_*` settings, read from the process environment once, at start.
+    pub env: HashMap<String, String>,
+}
+
+impl WorkerOptions {
+    /// `name` and `queue_depth`, with the `MTP_*` variables of the process environment now.
+    pub fn from_process_env(name: String, queue_depth: usize) -> Self {
+        let env = std::env::vars()
+            .filter(|(k, _)| k.starts_with("MTP_"))
+            .collect();
+        Self {
+            name,
+            queue_depth,
+            env,
+        }
+    }
+}
+
+struct Queued {
+    job: GenerationJob,
+    events: mpsc::UnboundedSender<GenerationEvent>,
+    enqueued: Instant,
+}
+
+/// An [`EngineHandle`] backed by a worker thread.
+pub struct WorkerEngine {
+    model: ModelInfo,
+    tokenizer: Tokenizer,
+    template: Result<ChatTemplate, String>,
+    queue: mpsc::Sender<Queued>,
+    waiting: Arc<AtomicUsize>,
+    depth: usize,
+}
+
+impl std::fmt::Debug for WorkerEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerEngine")
+            .field("model", &self.model.name)
+            .field("depth", &self.depth)
+            .finish()
+    }
+}
+
+/// An error while starting the worker.
+pub type StartError = Box<dyn std::error::Error + Send + Sync>;
+
+type Ready = Result<(Tokenizer, usize, bool, String), StartError>;
+
+/// The worker thread's side of start-up: [`WorkerSeat::run`] with the loaded pipeline (or
+/// [`WorkerSeat::fail`]) reports to [`WorkerEngine::spawn`] and then serves the queue.
+pub struct WorkerSeat {
+    ready: std::sync::mpsc::Sender<Ready>,
+    jobs: mpsc::Receiver<Queued>,
+    waiting: Arc<AtomicUsize>,
+    env: Arc<HashMap<String, String>>,
+}
+
+impl WorkerSeat {
+    /// Report `loaded` and, when it is a pipeline, serve jobs until the server is dropped.
+    pub fn run<B: Backend>(self, loaded: Result<Pipeline<B>, StartError>) {
+        let pipeline = match loaded {
+            Ok(p) => p,
+            Err(e) => return self.fail(e),
+        };
+        let info = (
+            pipeline.tokenizer().clone(),
+            pipeline.max_context(),
+            pipeline.drafter().is_some(),
+            pipeline.backend().name(),
+        );
+        if self.ready.send(Ok(info)).is_err() {
+            return;
+        }
+        run_worker(&pipeline, self.jobs, &self.waiting, &self.env);
+    }
+
+    /// Report that the models could not be loaded.
+    pub fn fail(self, error: StartError) {
+        let _ = self.ready.send(Err(error));
+    }
+}
+
+impl WorkerEngine {
+    /// Start the worker thread and run `body` on it; `body` creates the backend and loads the
+    /// pair there (they never leave that thread) and hands it to [`WorkerSeat::run`]. Returns
+    /// once the pair is loaded, or with the loading error.
+    pub fn spawn<F>(paths: &ModelPaths, options: WorkerOptions, body: F) -> Result<Self, StartError>
+    where
+        F: FnOnce(WorkerSeat) + Send + 'static,
+    {
+        let depth = options.queue_depth.max(1);
+        let (queue, jobs) = mpsc::channel::<Queued>(depth);
+        let (ready, ready_rx) = std::sync::mpsc::channel();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let seat = WorkerSeat {
+            ready,
+            jobs,
+            waiting: waiting.clone(),
+            env: Arc::new(options.env.clone()),
+        };
+        let started = Instant::now();
+        std::thread::Builder::new()
+            .name("mtp-engine".into())
+            .spawn(move || body(seat))?;
+        let (tokenizer, max_context, drafter, backend) = ready_rx
+            .recv()
+            .map_err(|_| "the model worker stopped while loading")??;
+        let template = tokenizer.chat_template().map_err(|e| e.to_string());
+        let model = ModelInfo {
+            name: options.name,
+            max_context,
+            drafter,
+            backend,
+            size_bytes: weight_bytes(paths),
+            loaded_at: SystemTime::now(),
+            load_duration: started.elapsed(),
+        };
+        Ok(Self {
+            model,
+            tokenizer,
+            template,
+            queue,
+            waiting,
+            depth,
+        })
+    }
+}
+
+fn weight_bytes(paths: &ModelPaths) -> u64 {
+    let dirs = std::iter::once(&paths.target).chain(paths.drafter.as_ref());
+    dirs.filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[async_trait]
+impl EngineHandle for WorkerEngine {
+    fn model(&self) -> &ModelInfo {
+        &self.model
+    }
+
+    fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    fn chat_template(&self) -> Result<&ChatTemplate, String> {
+        self.template.as_ref().map_err(Clone::clone)
+    }
+
+    async fn submit(&self, job: GenerationJob) -> Result<EventReceiver, SubmitError> {
+        let (events, receiver) = mpsc::unbounded_channel();
+        let queued = Queued {
+            job,
+            events,
+            enqueued: Instant::now(),
+        };
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        match self.queue.try_send(queued) {
+            Ok(()) => {
+                metrics::queue_depth(self.waiting.load(Ordering::SeqCst));
+                Ok(receiver)
+            }
+            Err(e) => {
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                Err(match e {
+                    mpsc::error::TrySendError::Full(_) => {
+                        SubmitError::QueueFull { depth: self.depth }
+                    }
+                    mpsc::error::TrySendError::Closed(_) => SubmitError::WorkerGone,
+                })
+            }
+        }
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.waiting.load(Ordering::SeqCst)
+    }
+}
+
+/// Serve jobs in order until every sender is gone.
+fn run_worker<B: Backend>(
+    pipeline: &Pipeline<B>,
+    mut jobs: mpsc::Receiver<Queued>,
+    waiting: &AtomicUsize,
+    env: &Arc<HashMap<String, String>>,
+) {
+    while let Some(queued) = jobs.blocking_recv() {
+        let left = waiting.fetch_sub(1, Ordering::SeqCst).saturating_sub(1);
+        metrics::queue_depth(left);
+        let event = run_job(pipeline, &queued, env);
+        let _ = queued.events.send(event);
+    }
+}
+
+/// Run one job, streaming its text; returns its last event.
+fn run_job<B: Backend>(
+    pipeline: &Pipeline<B>,
+    queued: &Queued,
+    env: &Arc<HashMap<String, String>>,
+) -> GenerationEvent {
+    let job = &queued.job;
+    let queued_for = queued.enqueued.elapsed();
+    let expired = |now: Instant| job.deadline.is_some_and(|d| now >= d);
+    if job.cancel.is_cancelled() || queued.events.is_closed() {
+        return finished(Finished::before_start(FinishReason::Cancelled, queued_for));
+    }
+    if expired(Instant::now()) {
+        return finished(Finished::before_start(FinishReason::Timeout, queued_for));
+    }
+    let env = env.clone();
+    let engine = pipeline
+        .engine()
+        .with_env(Arc::new(move |k: &str| env.get(k).cloned()));
+    let mut scorer = match job.logprobs {
+        None => None,
+        Some(top) => match Scorer::new(
+            pipeline.backend(),
+            pipeline.target(),
+            pipeline.tokenizer(),
+            &job.request.prompt,
+            top,
+        ) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                return GenerationEvent::Failed(format!("cannot score log-probabilities: {e}"))
+            }
+        },
+    };
+    let mut scored = Vec::new();
+    let mut detok = pipeline.tokenizer().detokenizer();
+    let mut stop = StopMatcher::new(&job.stop);
+    let mut timed_out = false;
+    let mut gone = false;
+    let mut failure = None;
+    let first_token = Instant::now();
+    let mut first_seen = false;
+    let result = {
+        let mut sink = |id: u32| {
+            if !first_seen {
+                first_seen = true;
+                metrics::time_to_first_token(queued_for + first_token.elapsed());
+            }
+            if let Some(scorer) = scorer.as_mut() {
+                match scorer.score(id) {
+                    Ok(lp) => scored.push(lp),
+                    Err(e) => {
+                        failure = Some(format!("cannot score log-probabilities: {e}"));
+                        return SinkFlow::Stop;
+                    }
+                }
+            }
+            match detok.push(id) {
+                Ok(Some(piece)) => {
+                    let released = stop.push(&piece);
+                    if !released.text.is_empty() || (released.stopped && !scored.is_empty()) {
+                        let event = GenerationEvent::Text {
+                            text: released.text,
+                            logprobs: std::mem::take(&mut scored),
+                        };
+                        if queued.events.send(event).is_err() {
+                            gone = true;
+                        }
+                    }
+                    if released.stopped {
+                        return SinkFlow::Stop;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    failure = Some(e.to_string());
+                    return SinkFlow::Stop;
+                }
+            }
+            if gone || job.shutdown.is_cancelled() {
+                return SinkFlow::Stop;
+            }
+            if expired(Instant::now()) {
+                timed_out = true;
+                return SinkFlow::Stop;
+            }
+            SinkFlow::Continue
+        };
+        engine.generate(&job.request, &mut sink, &job.cancel)
+    };
+    let response = match result {
+        Ok(r) => r,
+        Err(e) => return GenerationEvent::Failed(format!("generation failed: {e}")),
+    };
+    if let Some(e) = failure {
+        return GenerationEvent::Failed(e);
+    }
+    if !stop.stopped() {
+        let mut rest = match detok.finish() {
+            Ok(Some(rest)) => stop.push(&rest).text,
+            Ok(None) => String::new(),
+            Err(e) => return GenerationEvent::Failed(e.to_string()),
+        };
+        rest.push_str(&stop.finish());
+        if !rest.is_empty() || !scored.is_empty() {
+            let _ = queued.events.send(GenerationEvent::Text {
+                text: rest,
+                logprobs: scored,
+            });
+        }
+    }
+    let reason = if stop.stopped() {
+        FinishReason::Stop
+    } else if timed_out {
+        FinishReason::Timeout
+    } else {
+        match response.done_reason {
+            DoneReason::Stop => FinishReason::Stop,
+            DoneReason::Length => FinishReason::Length,
+            DoneReason::Cancelled => FinishReason::Cancelled,
+        }
+    };
+    metrics::generation(&response, first_token.elapsed());
+    finished(Finished::from_response(response, reason, queued_for))
+}
+
+fn finished(f: Finished) -> GenerationEvent {
+    GenerationEvent::Finished(Box::new(f))
+}
+
+/// How long a request may wait and run, from `--request-timeout` (`None`: no limit).
+pub fn deadline(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.map(|t| Instant::now() + t)
+}

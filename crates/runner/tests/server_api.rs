@@ -1,0 +1,766 @@
+//! `mtp serve`'s HTTP APIs on the committed default pair (candle CPU, MTP on): every endpoint
+//! streaming and not, greedy text equal to what the pipeline (`mtp generate`) produces, errors in
+//! each API's shape, stop strings across speculative rounds, client disconnects, a busy queue,
+//! API keys, a fuzzed-body run (no 5xx, no panic), and a real TCP server with graceful shutdown.
+//! Requests go through the router in-process (`tower::ServiceExt::oneshot`) except the TCP test.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use backend_candle::CandleBackend;
+use http_body_util::BodyExt;
+use mtp_core::engine::{CancelToken, DiscardSink, GenerateRequest};
+use runner::server::{
+    self, AppState, EngineHandle, EventReceiver, FinishReason, GenerationEvent, GenerationJob,
+    ModelInfo, ServerConfig, SubmitError, WorkerEngine, WorkerOptions,
+};
+use runner::tokenizer::{ChatMessage, ChatOptions, ChatTemplate, Tokenizer};
+use runner::{ModelPaths, Pipeline, PromptFormat};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const NAME: &str = "default";
+const PROMPT: &str = "In the beginning God created";
+
+fn pair() -> ModelPaths {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
+    ModelPaths {
+        target: dir.join("target"),
+        drafter: Some(dir.join("assistant")),
+    }
+}
+
+/// The pipeline `mtp generate` runs, for reference outputs.
+fn pipeline() -> &'static Mutex<Pipeline<CandleBackend>> {
+    static P: OnceLock<Mutex<Pipeline<CandleBackend>>> = OnceLock::new();
+    P.get_or_init(|| {
+        Mutex::new(Pipeline::load(CandleBackend::cpu(), &pair(), &Default::default()).unwrap())
+    })
+}
+
+/// Greedy text and token count of `prompt` with the model's EOS, as `mtp generate` makes it.
+fn reference(prompt: &[u32], n: usize) -> (String, usize) {
+    let p = pipeline().lock().unwrap();
+    let mut request = GenerateRequest::greedy(prompt.to_vec(), n);
+    request.eos = p.tokenizer().eos_ids().to_vec();
+    let out = p
+        .generate_text(
+            &request,
+            &mut |_| mtp_core::engine::SinkFlow::Continue,
+            &CancelToken::new(),
+        )
+        .unwrap();
+    (out.text, out.response.eval_count)
+}
+
+fn raw_ids(text: &str) -> Vec<u32> {
+    pipeline()
+        .lock()
+        .unwrap()
+        .encode(text, PromptFormat::Raw)
+        .unwrap()
+}
+
+fn chat_ids(messages: &[ChatMessage]) -> Vec<u32> {
+    let p = pipeline().lock().unwrap();
+    p.encode_chat(messages, &ChatOptions::default()).unwrap()
+}
+
+/// Records how each job ended, around a real worker.
+struct Recording {
+    inner: WorkerEngine,
+    ends: Arc<Mutex<Vec<(FinishReason, usize)>>>,
+}
+
+#[async_trait]
+impl EngineHandle for Recording {
+    fn model(&self) -> &ModelInfo {
+        self.inner.model()
+    }
+    fn tokenizer(&self) -> &Tokenizer {
+        self.inner.tokenizer()
+    }
+    fn chat_template(&self) -> Result<&ChatTemplate, String> {
+        self.inner.chat_template()
+    }
+    async fn submit(&self, job: GenerationJob) -> Result<EventReceiver, SubmitError> {
+        let mut from_worker = self.inner.submit(job).await?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let ends = self.ends.clone();
+        tokio::spawn(async move {
+            while let Some(event) = from_worker.recv().await {
+                if let GenerationEvent::Finished(done) = &event {
+                    ends.lock()
+                        .unwrap()
+                        .push((done.reason, done.completion_tokens));
+                }
+                let _ = tx.send(event);
+            }
+        });
+        Ok(rx)
+    }
+    fn queue_depth(&self) -> usize {
+        self.inner.queue_depth()
+    }
+}
+
+struct Server {
+    router: Router,
+    ends: Arc<Mutex<Vec<(FinishReason, usize)>>>,
+}
+
+/// A worker over the default pair on candle's CPU.
+fn worker(queue: usize) -> WorkerEngine {
+    WorkerEngine::spawn(
+        &pair(),
+        WorkerOptions {
+            name: NAME.into(),
+            queue_depth: queue,
+            env: Default::default(),
+        },
+        |seat| {
+            seat.run(
+                Pipeline::load(CandleBackend::cpu(), &pair(), &Default::default())
+                    .map_err(Into::into),
+            )
+        },
+    )
+    .unwrap()
+}
+
+fn start(config: ServerConfig, queue: usize) -> Server {
+    let worker = worker(queue);
+    let ends = Arc::new(Mutex::new(Vec::new()));
+    let engine = Recording {
+        inner: worker,
+        ends: ends.clone(),
+    };
+    Server {
+        router: server::router(AppState::new(Arc::new(engine), config)),
+        ends,
+    }
+}
+
+fn shared() -> &'static Server {
+    static S: OnceLock<Server> = OnceLock::new();
+    S.get_or_init(|| start(ServerConfig::default(), 64))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn call(
+    router: &Router,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, String) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn ndjson(text: &str) -> Vec<Value> {
+    text.lines().map(json_of).collect()
+}
+
+fn sse(text: &str) -> (Vec<Value>, bool) {
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    let done = data.last() == Some(&"[DONE]");
+    let frames = data
+        .iter()
+        .filter(|d| **d != "[DONE]")
+        .map(|d| json_of(d))
+        .collect();
+    (frames, done)
+}
+
+#[test]
+fn ollama_generate_and_chat_equal_the_pipeline() {
+    let s = shared();
+    let (want, count) = reference(&raw_ids(PROMPT), 24);
+    let rt = runtime();
+    rt.block_on(async {
+        let body = json!({"model": NAME, "prompt": PROMPT, "raw": true, "stream": false,
+                          "options": {"temperature": 0, "num_predict": 24}});
+        let (status, text) = call(&s.router, "POST", "/api/generate", Some(body.clone())).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let v = json_of(&text);
+        assert_eq!(v["response"], want);
+        assert_eq!(v["done"], true);
+        assert_eq!(v["eval_count"], count);
+        assert_eq!(v["prompt_eval_count"], raw_ids(PROMPT).len());
+        assert!(v["total_duration"].as_u64().unwrap() > 0);
+        assert!(v["mtp"]["drafted"].as_u64().unwrap() > 0, "{v}");
+        assert!(v["done_reason"] == "length" || v["done_reason"] == "stop");
+
+        let mut body = body;
+        body["stream"] = json!(true);
+        let (status, text) = call(&s.router, "POST", "/api/generate", Some(body)).await;
+        assert_eq!(status, StatusCode::OK);
+        let lines = ndjson(&text);
+        let streamed: String = lines.iter().map(|l| l["response"].as_str().unwrap()).collect();
+        assert_eq!(streamed, want);
+        assert!(lines[..lines.len() - 1].iter().all(|l| l["done"] == false));
+        let last = lines.last().unwrap();
+        assert_eq!(last["done"], true);
+        assert_eq!(last["eval_count"], count);
+        assert!(last["mtp"]["per_position_acceptance"].is_array());
+
+        // Chat: the model's template over the messages (system included).
+        let messages = [
+            ChatMessage::text("system", "Speak as the KJV."),
+            ChatMessage::text("user", "Who made the light?"),
+        ];
+        let (want, _) = reference(&chat_ids(&messages), 16);
+        let body = json!({"model": NAME, "messages": [
+                {"role": "system", "content": "Speak as the KJV."},
+                {"role": "user", "content": "Who made the light?"}],
+            "options": {"temperature": 0, "num_predict": 16}});
+        let (status, text) = call(&s.router, "POST", "/api/chat", Some(body.clone())).await;
+        assert_eq!(status, StatusCode::OK);
+        let streamed: String = ndjson(&text)
+            .iter()
+            .map(|l| l["message"]["content"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(streamed, want);
+        let mut body = body;
+        body["stream"] = json!(false);
+        let (_, text) = call(&s.router, "POST", "/api/chat", Some(body)).await;
+        let v = json_of(&text);
+        assert_eq!(v["message"]["content"], want);
+        assert_eq!(v["message"]["role"], "assistant");
+
+        // /api/generate without raw renders the template with `system`.
+        let body = json!({"model": NAME, "prompt": "Who made the light?", "system": "Speak as the KJV.",
+                          "stream": false, "options": {"temperature": 0, "num_predict": 16}});
+        let (_, text) = call(&s.router, "POST", "/api/generate", Some(body)).await;
+        assert_eq!(json_of(&text)["response"], want);
+    });
+}
+
+#[test]
+fn openai_chat_and_completions_equal_the_pipeline() {
+    let s = shared();
+    let rt = runtime();
+    let messages = [ChatMessage::text("user", "Who made the light?")];
+    let (want, count) = reference(&chat_ids(&messages), 20);
+    rt.block_on(async {
+        let body = json!({"model": NAME, "messages": [{"role": "user", "content": "Who made the light?"}],
+                          "temperature": 0, "max_tokens": 20});
+        let (status, text) = call(&s.router, "POST", "/v1/chat/completions", Some(body.clone())).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let v = json_of(&text);
+        assert_eq!(v["object"], "chat.completion");
+        assert_eq!(v["choices"][0]["message"]["content"], want);
+        assert_eq!(v["usage"]["completion_tokens"], count);
+        assert_eq!(v["model"], NAME);
+
+        let mut body = body;
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let (status, text) = call(&s.router, "POST", "/v1/chat/completions", Some(body)).await;
+        assert_eq!(status, StatusCode::OK);
+        let (frames, done) = sse(&text);
+        assert!(done, "the stream ends with data: [DONE]");
+        assert_eq!(frames[0]["choices"][0]["delta"]["role"], "assistant");
+        let streamed: String = frames
+            .iter()
+            .filter_map(|f| f["choices"].get(0)?["delta"]["content"].as_str().map(String::from))
+            .collect();
+        assert_eq!(streamed, want);
+        let usage = frames.last().unwrap();
+        assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
+        assert_eq!(usage["usage"]["completion_tokens"], count);
+        assert!(frames[frames.len() - 2]["choices"][0]["finish_reason"].is_string());
+
+        // Content as parts renders like the string (one text part).
+        let body = json!({"model": NAME, "messages": [{"role": "user", "content": [{"type": "text", "text": "Who made the light?"}]}],
+                          "temperature": 0, "max_completion_tokens": 20});
+        let (_, text) = call(&s.router, "POST", "/v1/chat/completions", Some(body)).await;
+        assert_eq!(json_of(&text)["choices"][0]["message"]["content"], want);
+
+        // Completions: raw text.
+        let (want, _) = reference(&raw_ids(PROMPT), 12);
+        let body = json!({"model": NAME, "prompt": PROMPT, "temperature": 0, "max_tokens": 12});
+        let (_, text) = call(&s.router, "POST", "/v1/completions", Some(body.clone())).await;
+        let v = json_of(&text);
+        assert_eq!(v["object"], "text_completion");
+        assert_eq!(v["choices"][0]["text"], want);
+        let mut body = body;
+        body["stream"] = json!(true);
+        let (_, text) = call(&s.router, "POST", "/v1/completions", Some(body)).await;
+        let (frames, done) = sse(&text);
+        assert!(done);
+        let streamed: String = frames
+            .iter()
+            .filter_map(|f| f["choices"].get(0)?["text"].as_str().map(String::from))
+            .collect();
+        assert_eq!(streamed, want);
+    });
+}
+
+#[test]
+fn stop_strings_end_the_text_even_inside_an_accepted_round() {
+    let s = shared();
+    let (full, _) = reference(&raw_ids(PROMPT), 40);
+    // A stop string that starts in the middle of the greedy text and spans several characters
+    // (and, with this tokenizer, tokens).
+    let chars: Vec<(usize, char)> = full.char_indices().collect();
+    let (at, _) = chars[chars.len() / 2];
+    let stop: String = full[at..].chars().take(6).collect();
+    let first = full.find(&stop).unwrap();
+    let want = &full[..first];
+    let rt = runtime();
+    rt.block_on(async {
+        let body = json!({"model": NAME, "prompt": PROMPT, "raw": true, "stream": true,
+                          "options": {"temperature": 0, "num_predict": 40, "stop": [stop]}});
+        let (_, text) = call(&s.router, "POST", "/api/generate", Some(body)).await;
+        let lines = ndjson(&text);
+        let streamed: String = lines
+            .iter()
+            .map(|l| l["response"].as_str().unwrap())
+            .collect();
+        assert_eq!(streamed, want);
+        let last = lines.last().unwrap();
+        assert_eq!(last["done_reason"], "stop");
+        assert!(
+            last["mtp"]["accepted"].as_u64().unwrap() > 0,
+            "speculation was on: {last}"
+        );
+
+        let body = json!({"model": NAME, "prompt": PROMPT, "temperature": 0, "max_tokens": 40,
+                          "stop": stop});
+        let (_, text) = call(&s.router, "POST", "/v1/completions", Some(body)).await;
+        let v = json_of(&text);
+        assert_eq!(v["choices"][0]["text"], want);
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    });
+}
+
+#[test]
+fn errors_come_in_each_apis_shape() {
+    let s = shared();
+    let rt = runtime();
+    rt.block_on(async {
+        let ollama_err = |(status, text): (StatusCode, String), want: StatusCode, has: &str| {
+            assert_eq!(status, want, "{text}");
+            let v = json_of(&text);
+            let msg = v["error"].as_str().unwrap_or_else(|| panic!("ollama shape: {text}"));
+            assert!(msg.contains(has), "{msg}");
+        };
+        let openai_err = |(status, text): (StatusCode, String), want: StatusCode, has: &str| {
+            assert_eq!(status, want, "{text}");
+            let v = json_of(&text);
+            let msg = v["error"]["message"].as_str().unwrap_or_else(|| panic!("openai shape: {text}"));
+            assert!(msg.contains(has), "{msg}");
+            assert!(v["error"]["type"].is_string());
+        };
+        let r = &s.router;
+        ollama_err(call(r, "POST", "/api/generate", Some(json!({"model": "nope", "prompt": "x"}))).await,
+            StatusCode::NOT_FOUND, "model 'nope' not found");
+        openai_err(call(r, "POST", "/v1/chat/completions", Some(json!({"model": "nope", "messages": [{"role": "user", "content": "x"}]}))).await,
+            StatusCode::NOT_FOUND, "nope");
+        ollama_err(call(r, "POST", "/api/chat", Some(json!({"model": NAME, "messages": "x"}))).await,
+            StatusCode::BAD_REQUEST, "invalid request body");
+        let bad = Request::builder().method("POST").uri("/v1/completions").body(Body::from("{not json")).unwrap();
+        let resp = r.clone().oneshot(bad).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        ollama_err(call(r, "POST", "/api/generate", Some(json!({"model": NAME, "prompt": "x", "format": "json"}))).await,
+            StatusCode::BAD_REQUEST, "format");
+        ollama_err(call(r, "POST", "/api/generate", Some(json!({"model": NAME, "prompt": "x", "options": {"temperature": -1}}))).await,
+            StatusCode::BAD_REQUEST, "temperature");
+        ollama_err(call(r, "POST", "/api/generate", Some(json!({"model": NAME, "prompt": "x", "options": {"temperature": "hot"}}))).await,
+            StatusCode::BAD_REQUEST, "invalid request body");
+        openai_err(call(r, "POST", "/v1/chat/completions", Some(json!({"model": NAME, "n": 2, "messages": [{"role": "user", "content": "x"}]}))).await,
+            StatusCode::BAD_REQUEST, "n = 1");
+        openai_err(call(r, "POST", "/v1/chat/completions", Some(json!({"model": NAME, "tools": [{"type": "function"}], "messages": [{"role": "user", "content": "x"}]}))).await,
+            StatusCode::BAD_REQUEST, "tools");
+        openai_err(call(r, "POST", "/v1/chat/completions", Some(json!({"model": NAME, "temperature": 3, "messages": [{"role": "user", "content": "x"}]}))).await,
+            StatusCode::BAD_REQUEST, "temperature");
+        openai_err(call(r, "POST", "/v1/completions", Some(json!({"model": NAME, "prompt": "x", "max_tokens": 0}))).await,
+            StatusCode::BAD_REQUEST, "max_tokens");
+        openai_err(call(r, "GET", "/v1/nothing", None).await, StatusCode::NOT_FOUND, "no such endpoint");
+        ollama_err(call(r, "GET", "/api/generate", None).await, StatusCode::METHOD_NOT_ALLOWED, "not allowed");
+        let long = "w ".repeat(5000);
+        ollama_err(call(r, "POST", "/api/generate", Some(json!({"model": NAME, "prompt": long, "raw": true}))).await,
+            StatusCode::BAD_REQUEST, "context");
+        let huge = "x".repeat(5 << 20);
+        openai_err(call(r, "POST", "/v1/completions", Some(json!({"model": NAME, "prompt": huge}))).await,
+            StatusCode::PAYLOAD_TOO_LARGE, "larger than");
+    });
+}
+
+#[test]
+fn metadata_endpoints() {
+    let s = shared();
+    let rt = runtime();
+    rt.block_on(async {
+        let (status, text) = call(&s.router, "GET", "/api/tags", None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(json_of(&text)["models"][0]["name"], NAME);
+        let (_, text) = call(&s.router, "GET", "/api/ps", None).await;
+        assert_eq!(json_of(&text)["models"][0]["context_length"], 1024);
+        let (_, text) = call(&s.router, "POST", "/api/show", Some(json!({"model": NAME}))).await;
+        assert!(json_of(&text)["template"]
+            .as_str()
+            .unwrap()
+            .contains("start_of_turn"));
+        let (status, _) = call(&s.router, "POST", "/api/show", Some(json!({"model": "x"}))).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (_, text) = call(&s.router, "GET", "/api/version", None).await;
+        assert!(json_of(&text)["version"].is_string());
+        let (_, text) = call(&s.router, "GET", "/v1/models", None).await;
+        assert_eq!(json_of(&text)["data"][0]["id"], NAME);
+        // A request first, so that the counters exist.
+        let body = json!({"model": NAME, "prompt": PROMPT, "raw": true, "stream": false,
+                          "options": {"temperature": 0, "num_predict": 4}});
+        call(&s.router, "POST", "/api/generate", Some(body)).await;
+        let (status, text) = call(&s.router, "GET", "/metrics", None).await;
+        assert_eq!(status, StatusCode::OK);
+        for name in [
+            "mtp_requests_total",
+            "mtp_generation_tokens_total",
+            "mtp_spec_decode_num_draft_tokens_total",
+            "mtp_spec_decode_num_accepted_tokens_per_pos_total",
+            "mtp_time_to_first_token_seconds",
+        ] {
+            assert!(text.contains(name), "{name} missing in:\n{text}");
+        }
+    });
+}
+
+#[test]
+fn a_disconnected_client_cancels_its_generation() {
+    let s = start(ServerConfig::default(), 4);
+    let rt = runtime();
+    rt.block_on(async {
+        let body = json!({"model": NAME, "prompt": PROMPT, "raw": true,
+                          "options": {"temperature": 0, "num_predict": 900}});
+        let request = Request::builder()
+            .method("POST")
+            .uri("/api/generate")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = s.router.clone().oneshot(request).await.unwrap();
+        let mut body = response.into_body();
+        let first = body.frame().await.unwrap().unwrap();
+        assert!(first.is_data());
+        drop(body); // the client goes away after the first line
+        for _ in 0..200 {
+            if !s.ends.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let ends = s.ends.lock().unwrap().clone();
+        assert_eq!(ends.len(), 1);
+        assert_eq!(ends[0].0, FinishReason::Cancelled);
+        assert!(ends[0].1 < 900, "stopped early: {ends:?}");
+    });
+}
+
+#[test]
+fn a_full_queue_answers_503_and_keys_are_checked() {
+    let s = start(
+        ServerConfig {
+            api_key: Some("sekret".into()),
+            ..ServerConfig::default()
+        },
+        1,
+    );
+    let rt = runtime();
+    rt.block_on(async {
+        let (status, text) = call(&s.router, "GET", "/v1/models", None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(json_of(&text)["error"]["code"], "invalid_api_key");
+        let with_key = |body: Value| {
+            Request::builder()
+                .method("POST")
+                .uri("/api/generate")
+                .header("authorization", "Bearer sekret")
+                .body(Body::from(body.to_string()))
+                .unwrap()
+        };
+        let long = json!({"model": NAME, "prompt": PROMPT, "raw": true,
+                          "options": {"temperature": 0, "num_predict": 600}});
+        // One running, one queued (capacity 1), the third is refused.
+        let mut held = Vec::new();
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            let response = s
+                .router
+                .clone()
+                .oneshot(with_key(long.clone()))
+                .await
+                .unwrap();
+            statuses.push(response.status());
+            if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+                assert!(response.headers().contains_key("retry-after"));
+            }
+            held.push(response);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(statuses[..2], [StatusCode::OK, StatusCode::OK]);
+        assert_eq!(statuses[2], StatusCode::SERVICE_UNAVAILABLE);
+        drop(held);
+    });
+}
+
+#[test]
+fn fuzzed_bodies_never_give_5xx() {
+    let s = start(
+        ServerConfig {
+            max_tokens: 2,
+            ..ServerConfig::default()
+        },
+        64,
+    );
+    let seeds = [
+        json!({"model": NAME, "prompt": "w", "raw": true, "stream": false, "options": {"temperature": 0.5, "top_k": 3, "seed": 7}}),
+        json!({"model": NAME, "messages": [{"role": "user", "content": "hi"}], "stream": false}),
+        json!({"model": NAME, "prompt": "w", "max_tokens": 2, "stop": ["a", "b"], "temperature": 1.5}),
+        json!({"model": NAME, "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}], "top_p": 0.5}),
+    ];
+    let paths = [
+        "/api/generate",
+        "/api/chat",
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/api/show",
+    ];
+    let rt = runtime();
+    let mut rng: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let junk = [
+        json!(null),
+        json!(-1),
+        json!(1e300),
+        json!("x"),
+        json!([]),
+        json!({}),
+        json!(true),
+        json!(-9_223_372_036_854_775_807_i64),
+        json!(u64::MAX),
+        json!([1, "a"]),
+        json!(0.0),
+    ];
+    let keys = [
+        "model",
+        "prompt",
+        "messages",
+        "options",
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "num_predict",
+        "max_tokens",
+        "stop",
+        "seed",
+        "stream",
+        "raw",
+        "system",
+        "n",
+        "content",
+        "role",
+        "repeat_last_n",
+        "repeat_penalty",
+        "logprobs",
+        "format",
+        "stream_options",
+    ];
+    rt.block_on(async {
+        let mut fivexx = 0;
+        for i in 0..10_000 {
+            let path = paths[(next() % paths.len() as u64) as usize];
+            let body = if i % 10 == 0 {
+                // Random bytes.
+                let n = (next() % 64) as usize;
+                (0..n).map(|_| (next() % 256) as u8).collect::<Vec<u8>>()
+            } else {
+                let mut v = seeds[(next() % seeds.len() as u64) as usize].clone();
+                for _ in 0..(1 + next() % 3) {
+                    let key = keys[(next() % keys.len() as u64) as usize];
+                    let value = junk[(next() % junk.len() as u64) as usize].clone();
+                    if next() % 2 == 0 {
+                        v[key] = value;
+                    } else if let Some(o) = v.get_mut("options").and_then(Value::as_object_mut) {
+                        o.insert(key.to_string(), value);
+                    }
+                }
+                v.to_string().into_bytes()
+            };
+            let request = Request::builder()
+                .method("POST")
+                .uri(path)
+                .body(Body::from(body.clone()))
+                .unwrap();
+            let response = s.router.clone().oneshot(request).await.unwrap();
+            let status = response.status();
+            let _ = response.into_body().collect().await;
+            if status.is_server_error() {
+                fivexx += 1;
+                eprintln!("{status} on {path}: {}", String::from_utf8_lossy(&body));
+            }
+        }
+        assert_eq!(fivexx, 0);
+    });
+}
+
+#[test]
+fn a_tcp_server_serves_and_shuts_down_gracefully() {
+    use std::io::{Read, Write};
+    let s = shared();
+    let rt = runtime();
+    let _ = s;
+    let worker = worker(8);
+    let state = AppState::new(
+        Arc::new(worker),
+        ServerConfig {
+            shutdown_grace: Duration::from_millis(200),
+            ..ServerConfig::default()
+        },
+    );
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let served = rt.spawn(server::serve(listener, state, async move {
+        let _ = stop_rx.await;
+    }));
+    // A streaming request over a real socket, shut down mid-stream: it still ends with a final
+    // object (cancelled after the grace period) and the server returns.
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    let body = json!({"model": NAME, "prompt": PROMPT, "raw": true,
+                      "options": {"temperature": 0, "num_predict": 1000}})
+    .to_string();
+    write!(tcp, "POST /api/generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = stop_tx.send(());
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("\"done\":true"), "a final object: {text}");
+    rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), served).await })
+        .expect("the server returns after shutdown")
+        .unwrap()
+        .unwrap();
+    let _ = DiscardSink;
+}
+
+/// Teacher-forced log-probabilities of `tokens` after `prompt`, from one batched target forward.
+fn reference_logprobs(prompt: &[u32], tokens: &[u32]) -> Vec<f32> {
+    use mtp_core::model::TargetModel;
+    use mtp_core::Backend;
+    let p = pipeline().lock().unwrap();
+    let b = p.backend();
+    let all: Vec<u32> = prompt.iter().chain(tokens).copied().collect();
+    let mut caches = p.target().new_caches(b).unwrap();
+    let ids = b.from_u32(&all, &[1, all.len()]).unwrap();
+    let out = p.target().forward(b, &ids, 0, &mut caches).unwrap();
+    let vocab = p.target().vocab_size();
+    let logits = b
+        .to_vec_f32(&p.target().unembed(b, &out.hidden).unwrap())
+        .unwrap();
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            let row = &logits[(prompt.len() - 1 + i) * vocab..(prompt.len() + i) * vocab];
+            server::log_softmax(row)[t as usize]
+        })
+        .collect()
+}
+
+#[test]
+fn logprobs_under_speculation_are_the_targets() {
+    let s = shared();
+    let messages = [ChatMessage::text("user", "Who made the light?")];
+    let prompt = chat_ids(&messages);
+    let (want, count) = reference(&prompt, 16);
+    let ids: Vec<u32> = {
+        let p = pipeline().lock().unwrap();
+        let mut request = GenerateRequest::greedy(prompt.clone(), 16);
+        request.eos = p.tokenizer().eos_ids().to_vec();
+        p.generate(&request, &mut DiscardSink, &CancelToken::new())
+            .unwrap()
+            .tokens
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let body = json!({"model": NAME, "messages": [{"role": "user", "content": "Who made the light?"}],
+                          "temperature": 0, "max_tokens": 16, "logprobs": true, "top_logprobs": 3});
+        let (status, text) = call(&s.router, "POST", "/v1/chat/completions", Some(body.clone())).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let v = json_of(&text);
+        assert_eq!(v["choices"][0]["message"]["content"], want);
+        assert!(v["mtp"]["drafted"].as_u64().unwrap() > 0, "speculation stayed on");
+        let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap().clone();
+        assert_eq!(content.len(), count);
+        // Greedy: each token is the target's most likely one, and its log-probability is the
+        // teacher-forced one.
+        let expected = reference_logprobs(&prompt, &ids);
+        for (i, entry) in content.iter().enumerate() {
+            let lp = entry["logprob"].as_f64().unwrap() as f32;
+            assert!((lp - expected[i]).abs() < 1e-3, "token {i}: {lp} vs {}", expected[i]);
+            let top = entry["top_logprobs"].as_array().unwrap();
+            assert_eq!(top.len(), 3);
+            assert!((top[0]["logprob"].as_f64().unwrap() as f32 - lp).abs() < 1e-6);
+        }
+
+        // Streaming: the chunks carry the same entries, in order.
+        let mut body = body;
+        body["stream"] = json!(true);
+        let (_, text) = call(&s.router, "POST", "/v1/chat/completions", Some(body)).await;
+        let (frames, _) = sse(&text);
+        let streamed: Vec<Value> = frames
+            .iter()
+            .filter_map(|f| f["choices"].get(0)?["logprobs"]["content"].as_array().cloned())
+            .flatten()
+            .collect();
+        assert_eq!(streamed, content);
+
+        // ollama: logprobs per token in the final object with stream: false.
+        let body = json!({"model": NAME, "messages": [{"role": "user", "content": "Who made the light?"}],
+                          "stream": false, "logprobs": true, "options": {"temperature": 0, "num_predict": 16}});
+        let (_, text) = call(&s.router, "POST", "/api/chat", Some(body)).await;
+        let v = json_of(&text);
+        assert_eq!(v["logprobs"].as_array().unwrap().len(), count);
+        // Refusals: a bad top_logprobs.
+        let body = json!({"model": NAME, "messages": [{"role": "user", "content": "x"}],
+                          "logprobs": true, "top_logprobs": 50});
+        let (status, _) = call(&s.router, "POST", "/v1/chat/completions", Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+    });
+}
