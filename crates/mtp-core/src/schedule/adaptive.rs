@@ -32,14 +32,14 @@ const CONFIDENCE_Z: f64 = 2.0;
 /// **Objective.** Over depths `N` in `0..=R`, choose the one maximising `E(N) / cost(N)`, where
 /// `E(N) = 1 + Σ_{k=1..N} Π_{j≤k} a_j` is the expected number of tokens a round commits (the
 /// accepted drafts plus the correction or bonus token), `a_j` the conditional acceptance of
-/// position `j` ([`AcceptanceModel`]) and `cost(N)` the measured wall time of a round at depth
-/// `N` ([`CostModel`]). Depth 0 is plain decode: `E(0) = 1`, so drafting is chosen only when it
+/// position `j` (`AcceptanceModel`) and `cost(N)` the measured wall time of a round at depth
+/// `N` (`CostModel`). Depth 0 is plain decode: `E(0) = 1`, so drafting is chosen only when it
 /// beats plain decode's measured rate. Ties go to the smaller depth.
 ///
 /// **Reach.** `R = min(limit, frontier + 2)`: the request's limit (its `max_draft_tokens`,
 /// clamped to the context) and two past the deepest position whose acceptance is trusted
 /// (10 samples), so the depth climbs as acceptance is measured instead of leaping deep on a
-/// guess; the untrusted positions are scored on measured rates (see [`AcceptanceModel`]).
+/// guess; the untrusted positions are scored on measured rates (see `AcceptanceModel`).
 ///
 /// **Exploration.** Every depth in `0..=R` is played until its cost is measured (two rounds),
 /// shallowest first; a new depth enters when the frontier advances. Afterwards the controller
