@@ -12,7 +12,6 @@ use mtp_core::sampling::{Sampler, SamplerOptions};
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::testing::{TinyConfig, TinyDrafter, TinyDrafterConfig};
 use mtp_core::Backend;
-use statrs::distribution::{ChiSquared, ContinuousCDF};
 
 fn sampled_request(seed: u64, n: usize) -> GenerateRequest {
     let mut r = GenerateRequest::greedy(vec![1, 2, 3], n);
@@ -104,26 +103,9 @@ fn sampled_mtp_emits_the_target_distribution() {
         accepted += out.mtp.map_or(0, |s| s.accepted);
     }
     assert!(accepted > 0, "the drafter never got a token accepted");
-    let (mut chi2, mut dof) = (0.0, 0usize);
-    let (mut pooled_obs, mut pooled_exp) = (0.0, 0.0);
-    for (obs, p) in counts.iter().zip(&expected) {
-        let e = p * draws as f64;
-        if e < 5.0 {
-            pooled_obs += *obs as f64;
-            pooled_exp += e;
-        } else {
-            chi2 += (*obs as f64 - e).powi(2) / e;
-            dof += 1;
-        }
-    }
-    if pooled_exp > 0.0 {
-        chi2 += (pooled_obs - pooled_exp).powi(2) / pooled_exp.max(1e-9);
-        dof += 1;
-    }
-    let p_value = 1.0 - ChiSquared::new((dof - 1) as f64).unwrap().cdf(chi2);
+    let (chi2, dof, p_value) = common::chi2::chi_square(&counts, &expected, draws as usize);
     assert!(
         p_value > 0.01,
-        "χ² = {chi2:.1} on {} dof, p = {p_value:.4}",
-        dof - 1
+        "χ² = {chi2:.1} on {dof} dof, p = {p_value:.4}"
     );
 }
