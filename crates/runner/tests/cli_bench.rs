@@ -236,6 +236,16 @@ fn quick_bench_on_candle_reports_every_field() {
     check_report(&table, &report, "candle");
 }
 
+#[cfg(feature = "candle")]
+#[test]
+fn quick_bench_runs_quantized_weights_on_candle() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (table, report) = run_quick("candle", dir.path(), &["--quantize", "q8"]);
+    check_report(&table, &report, "candle");
+    let dtype = report["setup"]["dtype"].as_str().unwrap_or_default();
+    assert!(dtype.contains("--quantize q8"), "{dtype}");
+}
+
 #[test]
 fn bench_needs_a_drafter() {
     let case = Case::named("copy_drafter");

@@ -63,7 +63,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         // Prompts are short; the context is dominated by what the bench generates.
         let context = plan.num_predict.saturating_add(4096);
         let options = prepare_load(&b, &args.model, &paths, context)?;
-        let dtype = options.dtype.to_string();
+        let dtype = match options.quantize {
+            Some(scheme) => format!("{} (--quantize {scheme})", options.dtype),
+            None => options.dtype.to_string(),
+        };
         run_on(b, &plan, &paths, ngram, &options, dtype)
     })?;
     console::out(&table::render(&report))?;
