@@ -5,11 +5,14 @@
 
 mod detokenizer;
 mod error;
+mod guard;
 mod json_text;
 mod special;
 mod template;
 
 use std::path::Path;
+
+use guard::unpanicked;
 
 pub use detokenizer::Detokenizer;
 pub use error::{TokenizerError, TokenizerResult};
@@ -49,12 +52,7 @@ impl Tokenizer {
                 _ => e.to_string(),
             },
         })?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| {
-            TokenizerError::BadTokenizer {
-                path: path.clone(),
-                reason: e.to_string(),
-            }
-        })?;
+        let inner = parse_tokenizer_json(&bytes, &path)?;
         let (mut settings, names) = special::read_settings(dir)?;
         if settings.bos.is_none() {
             settings.bos = names.bos.as_deref().and_then(|n| inner.token_to_id(n));
@@ -69,12 +67,7 @@ impl Tokenizer {
 
     /// A tokenizer from the text of a `tokenizer.json` and explicit settings (tests, embedding).
     pub fn from_json(json: &str, settings: TokenizerSettings) -> TokenizerResult<Self> {
-        let inner =
-            json.parse::<tokenizers::Tokenizer>()
-                .map_err(|e| TokenizerError::BadTokenizer {
-                    path: "<tokenizer.json text>".into(),
-                    reason: e.to_string(),
-                })?;
+        let inner = parse_tokenizer_json(json.as_bytes(), Path::new("<tokenizer.json text>"))?;
         Ok(Self { inner, settings })
     }
 
@@ -106,12 +99,16 @@ impl Tokenizer {
     /// Token ids of `text` with no special tokens added (special tokens written in the text,
     /// such as `<bos>`, are still recognised).
     pub fn encode_plain(&self, text: &str) -> TokenizerResult<Vec<u32>> {
-        self.inner
-            .encode(text, false)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| TokenizerError::Encode {
-                reason: e.to_string(),
-            })
+        let encode_error = |reason: String| TokenizerError::Encode { reason };
+        unpanicked(
+            || {
+                self.inner
+                    .encode(text, false)
+                    .map(|e| e.get_ids().to_vec())
+                    .map_err(|e| encode_error(e.to_string()))
+            },
+            encode_error,
+        )
     }
 
     /// Token ids of a prompt. [`PromptFormat::Raw`] adds BOS when `add_bos_token` is set (and
@@ -167,20 +164,39 @@ impl Tokenizer {
 
     /// The text of `ids`, special tokens skipped.
     pub fn decode(&self, ids: &[u32]) -> TokenizerResult<String> {
-        self.inner
-            .decode(ids, true)
-            .map_err(|e| TokenizerError::Decode {
-                reason: e.to_string(),
-            })
+        let decode_error = |reason: String| TokenizerError::Decode { reason };
+        unpanicked(
+            || {
+                self.inner
+                    .decode(ids, true)
+                    .map_err(|e| decode_error(e.to_string()))
+            },
+            decode_error,
+        )
     }
 
     /// The text of one token, special tokens included (log-probability reports name tokens so).
     pub fn token_text(&self, id: u32) -> String {
-        self.inner.decode(&[id], false).unwrap_or_default()
+        unpanicked(|| self.inner.decode(&[id], false).map_err(drop), drop).unwrap_or_default()
     }
 
     /// A streaming detokenizer over this tokenizer.
     pub fn detokenizer(&self) -> Detokenizer<'_> {
         Detokenizer::new(self)
     }
+}
+
+/// Parse the bytes of a `tokenizer.json`: JSON first (most damage is caught there, with the
+/// line and column), then the `tokenizers` crate, fenced against its panics.
+fn parse_tokenizer_json(bytes: &[u8], path: &Path) -> TokenizerResult<tokenizers::Tokenizer> {
+    let bad = |reason: String| TokenizerError::BadTokenizer {
+        path: path.to_path_buf(),
+        reason,
+    };
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+        .map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    unpanicked(
+        || tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| bad(e.to_string())),
+        bad,
+    )
 }
