@@ -7,6 +7,7 @@ pub mod gemma4;
 pub mod gemma4_assistant;
 mod layers;
 mod moe;
+pub mod nn;
 pub mod registry;
 
 pub use gemma4::Gemma4Target;
