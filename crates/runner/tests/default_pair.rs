@@ -48,6 +48,7 @@ fn load<B: Backend>(backend: B) -> Pipeline<B> {
     let paths = ModelPaths {
         target: dir.join("target"),
         drafter: Some(dir.join("assistant")),
+        tokenizer: None,
     };
     Pipeline::load(backend, &paths, &Default::default()).expect("the default pair loads")
 }
