@@ -35,17 +35,18 @@ use mtp_core::{AttentionMask, Backend, CoreError, DType, UnaryOp};
 
 use super::config::{KvRole, LayerType, ResolvedText};
 use super::layers::{DecoderLayer, LayerDims};
+use super::nn::{Embedding, Linear};
 use crate::loading::{ArrayLoader, LoadResult};
 
 /// The per-layer input embeddings (PLE) of a target.
 #[derive(Debug)]
 struct PerLayerInputs<B: Backend> {
     /// `[vocab_per_layer, layers * ple]`.
-    table: B::Array,
+    table: Embedding<B>,
     /// `sqrt(ple)`.
     table_scale: B::Array,
     /// `[layers * ple, hidden]`.
-    projection: B::Array,
+    projection: Linear<B>,
     /// `1 / sqrt(hidden)`.
     projection_scale: B::Array,
     /// `[ple]`.
@@ -61,12 +62,12 @@ pub struct Gemma4Target<B: Backend> {
     resolved: ResolvedText,
     dtype: DType,
     eps: f32,
-    embed: B::Array,
+    embed: Embedding<B>,
     embed_scale: B::Array,
     ple: Option<PerLayerInputs<B>>,
     layers: Vec<DecoderLayer<B>>,
     final_norm: B::Array,
-    lm_head: B::Array,
+    lm_head: Linear<B>,
 }
 
 impl<B: Backend> Gemma4Target<B> {
@@ -81,19 +82,23 @@ impl<B: Backend> Gemma4Target<B> {
         let c = &resolved.config;
         let (v, h, n) = (c.vocab_size, c.hidden_size, c.num_hidden_layers);
         let eps = c.rms_norm_eps as f32;
-        let embed = loader.array(&format!("{prefix}embed_tokens.weight"), &[v, h])?;
+        let embed = Embedding::load(loader, &format!("{prefix}embed_tokens.weight"), v, h)?;
         let embed_scale = loader.scalar("embed_scale", (h as f64).sqrt() as f32)?;
         let p = c.hidden_size_per_layer_input;
         let ple = if p > 0 {
             Some(PerLayerInputs {
-                table: loader.array(
+                table: Embedding::load(
+                    loader,
                     &format!("{prefix}embed_tokens_per_layer.weight"),
-                    &[c.vocab_size_per_layer_input, n * p],
+                    c.vocab_size_per_layer_input,
+                    n * p,
                 )?,
                 table_scale: loader.scalar("ple_scale", (p as f64).sqrt() as f32)?,
-                projection: loader.array(
+                projection: Linear::load(
+                    loader,
                     &format!("{prefix}per_layer_model_projection.weight"),
-                    &[n * p, h],
+                    n * p,
+                    h,
                 )?,
                 projection_scale: loader
                     .scalar("ple_projection_scale", (h as f64).powf(-0.5) as f32)?,
@@ -122,9 +127,9 @@ impl<B: Backend> Gemma4Target<B> {
         let final_norm = loader.array(&format!("{prefix}norm.weight"), &[h])?;
         let lm_head = if c.tie_word_embeddings {
             loader.store().skip("lm_head.weight");
-            embed.clone()
+            embed.as_linear()
         } else {
-            loader.array("lm_head.weight", &[v, h])?
+            Linear::load(loader, "lm_head.weight", v, h)?
         };
         Ok(Self {
             dtype: loader.dtype(),
@@ -173,9 +178,9 @@ impl<B: Backend> Gemma4Target<B> {
         let c = &self.resolved.config;
         let (n, p) = (c.num_hidden_layers, c.hidden_size_per_layer_input);
         let t = b.shape(ids)[1];
-        let tokens = b.mul(&b.embedding(&ple.table, ids)?, &ple.table_scale)?;
+        let tokens = b.mul(&ple.table.forward(b, ids)?, &ple.table_scale)?;
         let tokens = b.reshape(&tokens, &[1, t, n, p])?;
-        let proj = b.mul(&b.linear(x0, &ple.projection)?, &ple.projection_scale)?;
+        let proj = b.mul(&ple.projection.forward(b, x0)?, &ple.projection_scale)?;
         let proj = b.rms_norm(&b.reshape(&proj, &[1, t, n, p])?, Some(&ple.norm), self.eps)?;
         Ok(Some(b.mul(&b.add(&proj, &tokens)?, &ple.input_scale)?))
     }
@@ -279,7 +284,7 @@ impl<B: Backend> TargetModel<B> for Gemma4Target<B> {
     }
 
     fn unembed(&self, b: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
-        let logits = b.linear(hidden, &self.lm_head)?;
+        let logits = self.lm_head.forward(b, hidden)?;
         let logits = match self.resolved.config.final_logit_softcapping {
             Some(cap) if cap > 0.0 => {
                 let cap = b.scalar(cap as f32, b.dtype(&logits))?;
@@ -294,6 +299,6 @@ impl<B: Backend> TargetModel<B> for Gemma4Target<B> {
     /// HF's `get_input_embeddings()(ids)`: the scaled embedding `embed_tokens(ids) * sqrt(hidden)`
     /// (what the assistant candidate generator concatenates with the hidden state).
     fn token_embeddings(&self, b: &B, ids: &B::Array) -> Result<B::Array, B::Error> {
-        b.mul(&b.embedding(&self.embed, ids)?, &self.embed_scale)
+        b.mul(&self.embed.forward(b, ids)?, &self.embed_scale)
     }
 }

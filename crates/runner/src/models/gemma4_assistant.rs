@@ -45,13 +45,14 @@ use mtp_core::{AttentionMask, Backend, Causality, CoreError, DType, ReduceOp};
 use super::config::{Gemma4AssistantConfig, LayerType, ResolvedText};
 use super::gemma4::Gemma4Target;
 use super::layers::{DecoderLayer, LayerDims};
+use super::nn::{Embedding, Linear};
 use crate::loading::{ArrayLoader, LoadError, LoadResult};
 
 /// The centroid-masked LM head.
 #[derive(Debug)]
 struct OrderedEmbedding<B: Backend> {
     /// `[num_centroids, hidden_a]`.
-    centroids: B::Array,
+    centroids: Linear<B>,
     /// `token_ordering` as `[num_centroids, per_centroid]` token ids, stored as `F32` (exact
     /// below 2^24) so that `embedding` picks a centroid's run.
     ordering: B::Array,
@@ -66,11 +67,11 @@ pub struct Gemma4Assistant<B: Backend> {
     config: Gemma4AssistantConfig,
     resolved: ResolvedText,
     eps: f32,
-    pre_projection: B::Array,
-    post_projection: B::Array,
+    pre_projection: Linear<B>,
+    post_projection: Linear<B>,
     layers: Vec<DecoderLayer<B>>,
     final_norm: B::Array,
-    lm_head: B::Array,
+    lm_head: Linear<B>,
     ordered: Option<OrderedEmbedding<B>>,
     /// Target cache index read by the layers of each type.
     sources: BTreeMap<LayerType, usize>,
@@ -156,12 +157,12 @@ impl<B: Backend> Gemma4Assistant<B> {
                 dims,
             )?);
         }
-        let embed = loader.array("model.embed_tokens.weight", &[v, h])?;
+        let embed = Embedding::load(loader, "model.embed_tokens.weight", v, h)?;
         let lm_head = if config.tie_word_embeddings {
             loader.store().skip("lm_head.weight");
-            embed
+            embed.as_linear()
         } else {
-            loader.array("lm_head.weight", &[v, h])?
+            Linear::load(loader, "lm_head.weight", v, h)?
         };
         let ordered = if config.use_ordered_embeddings {
             let n = config.num_centroids;
@@ -196,7 +197,7 @@ impl<B: Backend> Gemma4Assistant<B> {
                     reason: e.to_string(),
                 })?;
             Some(OrderedEmbedding {
-                centroids: loader.array("masked_embedding.centroids.weight", &[n, h])?,
+                centroids: Linear::load(loader, "masked_embedding.centroids.weight", n, h)?,
                 ordering,
                 per_centroid: v / n,
                 top_k: config.centroid_intermediate_top_k,
@@ -205,8 +206,8 @@ impl<B: Backend> Gemma4Assistant<B> {
             None
         };
         Ok(Self {
-            pre_projection: loader.array("pre_projection.weight", &[h, 2 * hb])?,
-            post_projection: loader.array("post_projection.weight", &[hb, h])?,
+            pre_projection: Linear::load(loader, "pre_projection.weight", h, 2 * hb)?,
+            post_projection: Linear::load(loader, "post_projection.weight", hb, h)?,
             final_norm: loader.array("model.norm.weight", &[h])?,
             eps,
             layers,
@@ -251,16 +252,16 @@ impl<B: Backend> Gemma4Assistant<B> {
     /// (no host read, so a lazy backend can evaluate a whole draft chain asynchronously).
     fn logits(&self, b: &B, hn: &B::Array) -> Result<B::Array, B::Error> {
         let Some(o) = &self.ordered else {
-            return b.cast(&b.linear(hn, &self.lm_head)?, DType::F32);
+            return b.cast(&self.lm_head.forward(b, hn)?, DType::F32);
         };
         let v = self.resolved.config.vocab_size;
         let n = o.top_k * o.per_centroid;
-        let scores = b.linear(hn, &o.centroids)?;
+        let scores = o.centroids.forward(b, hn)?;
         let (_, top) = b.top_k(&scores, o.top_k)?;
         // The selected centroids' token runs, as ids: `[n]`.
         let runs = b.embedding(&o.ordering, &b.reshape(&top, &[o.top_k])?)?;
         let selected = b.cast(&b.reshape(&runs, &[n])?, DType::U32)?;
-        let rows = b.embedding(&self.lm_head, &selected)?;
+        let rows = self.lm_head.rows(b, &selected)?;
         let h = b.reshape(hn, &[1, self.resolved.config.hidden_size])?;
         let picked = b.cast(&b.linear(&h, &rows)?, DType::F32)?;
         // Every other token gets min(picked) - 1.
@@ -281,7 +282,7 @@ impl<B: Backend> MtpDrafter<B> for Gemma4Assistant<B> {
         position: usize,
         target_caches: &CacheSet<B>,
     ) -> Result<DraftStep<B>, B::Error> {
-        let mut x = b.linear(input, &self.pre_projection)?;
+        let mut x = self.pre_projection.forward(b, input)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let layer_type = layer.spec.layer_type;
             let Some(&source) = self.sources.get(&layer_type) else {
@@ -302,7 +303,7 @@ impl<B: Backend> MtpDrafter<B> for Gemma4Assistant<B> {
         let hn = b.rms_norm(&x, Some(&self.final_norm), self.eps)?;
         Ok(DraftStep {
             logits: self.logits(b, &hn)?,
-            projected: b.linear(&hn, &self.post_projection)?,
+            projected: self.post_projection.forward(b, &hn)?,
         })
     }
 }

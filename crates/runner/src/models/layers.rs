@@ -22,6 +22,7 @@ use mtp_core::{AttentionMask, Backend};
 
 use super::config::{KvRole, LayerSpec, MoeSpec};
 use super::moe::MoeBlock;
+use super::nn::Linear;
 use crate::loading::{ArrayLoader, LoadResult};
 
 /// Keys and values `[1, kv_heads, t, dim]` of one write.
@@ -30,17 +31,17 @@ pub(crate) type KeysValues<B> = (<B as Backend>::Array, <B as Backend>::Array);
 /// The K/V projections of a layer that owns its keys and values.
 #[derive(Debug)]
 struct KvProjections<B: Backend> {
-    k_proj: B::Array,
+    k_proj: Linear<B>,
     /// `None` when values are the keys (`attention_k_eq_v` on a full layer).
-    v_proj: Option<B::Array>,
+    v_proj: Option<Linear<B>>,
     k_norm: B::Array,
 }
 
 /// The per-layer-input (PLE) gate of a layer.
 #[derive(Debug)]
 struct PleGate<B: Backend> {
-    gate: B::Array,
-    projection: B::Array,
+    gate: Linear<B>,
+    projection: Linear<B>,
     norm: B::Array,
 }
 
@@ -65,15 +66,15 @@ pub(crate) struct DecoderLayer<B: Backend> {
     pub spec: LayerSpec,
     dims: LayerDims,
     input_norm: B::Array,
-    q_proj: B::Array,
+    q_proj: Linear<B>,
     q_norm: B::Array,
     kv: Option<KvProjections<B>>,
-    o_proj: B::Array,
+    o_proj: Linear<B>,
     post_attention_norm: B::Array,
     pre_feedforward_norm: B::Array,
-    gate_proj: B::Array,
-    up_proj: B::Array,
-    down_proj: B::Array,
+    gate_proj: Linear<B>,
+    up_proj: Linear<B>,
+    down_proj: Linear<B>,
     post_feedforward_norm: B::Array,
     ple: Option<PleGate<B>>,
     moe: Option<MoeBlock<B>>,
@@ -100,24 +101,33 @@ impl<B: Backend> DecoderLayer<B> {
             None
         } else {
             Some(KvProjections {
-                k_proj: loader.array(&format!("{attn}.k_proj.weight"), &[kvh * hd, h])?,
+                k_proj: Linear::load(loader, &format!("{attn}.k_proj.weight"), kvh * hd, h)?,
                 v_proj: if spec.k_eq_v {
                     None
                 } else {
-                    Some(loader.array(&format!("{attn}.v_proj.weight"), &[kvh * hd, h])?)
+                    Some(Linear::load(
+                        loader,
+                        &format!("{attn}.v_proj.weight"),
+                        kvh * hd,
+                        h,
+                    )?)
                 },
                 k_norm: loader.array(&format!("{attn}.k_norm.weight"), &[hd])?,
             })
         };
         let ple = if dims.ple > 0 {
             Some(PleGate {
-                gate: loader.array(
+                gate: Linear::load(
+                    loader,
                     &format!("{prefix}.per_layer_input_gate.weight"),
-                    &[dims.ple, h],
+                    dims.ple,
+                    h,
                 )?,
-                projection: loader.array(
+                projection: Linear::load(
+                    loader,
                     &format!("{prefix}.per_layer_projection.weight"),
-                    &[h, dims.ple],
+                    h,
+                    dims.ple,
                 )?,
                 norm: loader.array(&format!("{prefix}.post_per_layer_input_norm.weight"), &[h])?,
             })
@@ -137,17 +147,17 @@ impl<B: Backend> DecoderLayer<B> {
         };
         Ok(Self {
             input_norm: loader.array(&format!("{prefix}.input_layernorm.weight"), &[h])?,
-            q_proj: loader.array(&format!("{attn}.q_proj.weight"), &[nh * hd, h])?,
+            q_proj: Linear::load(loader, &format!("{attn}.q_proj.weight"), nh * hd, h)?,
             q_norm: loader.array(&format!("{attn}.q_norm.weight"), &[hd])?,
             kv,
-            o_proj: loader.array(&format!("{attn}.o_proj.weight"), &[h, nh * hd])?,
+            o_proj: Linear::load(loader, &format!("{attn}.o_proj.weight"), h, nh * hd)?,
             post_attention_norm: loader
                 .array(&format!("{prefix}.post_attention_layernorm.weight"), &[h])?,
             pre_feedforward_norm: loader
                 .array(&format!("{prefix}.pre_feedforward_layernorm.weight"), &[h])?,
-            gate_proj: loader.array(&format!("{prefix}.mlp.gate_proj.weight"), &[inter, h])?,
-            up_proj: loader.array(&format!("{prefix}.mlp.up_proj.weight"), &[inter, h])?,
-            down_proj: loader.array(&format!("{prefix}.mlp.down_proj.weight"), &[h, inter])?,
+            gate_proj: Linear::load(loader, &format!("{prefix}.mlp.gate_proj.weight"), inter, h)?,
+            up_proj: Linear::load(loader, &format!("{prefix}.mlp.up_proj.weight"), inter, h)?,
+            down_proj: Linear::load(loader, &format!("{prefix}.mlp.down_proj.weight"), h, inter)?,
             post_feedforward_norm: loader
                 .array(&format!("{prefix}.post_feedforward_layernorm.weight"), &[h])?,
             ple,
@@ -172,7 +182,7 @@ impl<B: Backend> DecoderLayer<B> {
 
     /// Rotated, normed queries `[1, heads, t, dim]` for positions `start ..`.
     pub fn queries(&self, b: &B, h: &B::Array, start: usize) -> Result<B::Array, B::Error> {
-        let q = self.split_heads(b, &b.linear(h, &self.q_proj)?, self.dims.heads)?;
+        let q = self.split_heads(b, &self.q_proj.forward(b, h)?, self.dims.heads)?;
         let q = b.rms_norm(&q, Some(&self.q_norm), self.dims.eps)?;
         b.rope(&q, start, &self.spec.inv_freq)
     }
@@ -188,9 +198,9 @@ impl<B: Backend> DecoderLayer<B> {
             return Ok(None);
         };
         let kvh = self.spec.kv_heads;
-        let k_raw = self.split_heads(b, &b.linear(h, &kv.k_proj)?, kvh)?;
+        let k_raw = self.split_heads(b, &kv.k_proj.forward(b, h)?, kvh)?;
         let v_raw = match &kv.v_proj {
-            Some(w) => self.split_heads(b, &b.linear(h, w)?, kvh)?,
+            Some(w) => self.split_heads(b, &w.forward(b, h)?, kvh)?,
             None => k_raw.clone(),
         };
         let k = b.rope(
@@ -216,7 +226,7 @@ impl<B: Backend> DecoderLayer<B> {
             &b.transpose(&a, 1, 2)?,
             &[1, t, self.dims.heads * self.spec.head_dim],
         )?;
-        b.linear(&a, &self.o_proj)
+        self.o_proj.forward(b, &a)
     }
 
     /// Everything after attention: residuals, MLP, PLE gate and layer scalar.
@@ -234,9 +244,9 @@ impl<B: Backend> DecoderLayer<B> {
             &b.rms_norm(attn_out, Some(&self.post_attention_norm), eps)?,
         )?;
         let h = b.rms_norm(&x, Some(&self.pre_feedforward_norm), eps)?;
-        let gate = b.gelu_tanh(&b.linear(&h, &self.gate_proj)?)?;
-        let inner = b.mul(&gate, &b.linear(&h, &self.up_proj)?)?;
-        let mut mlp = b.linear(&inner, &self.down_proj)?;
+        let gate = b.gelu_tanh(&self.gate_proj.forward(b, &h)?)?;
+        let inner = b.mul(&gate, &self.up_proj.forward(b, &h)?)?;
+        let mut mlp = self.down_proj.forward(b, &inner)?;
         if let Some(moe) = &self.moe {
             mlp = moe.combine(b, &x, &mlp)?;
         }
@@ -245,8 +255,8 @@ impl<B: Backend> DecoderLayer<B> {
             &b.rms_norm(&mlp, Some(&self.post_feedforward_norm), eps)?,
         )?;
         if let (Some(ple), Some(input)) = (&self.ple, ple_input) {
-            let g = b.gelu_tanh(&b.linear(&x, &ple.gate)?)?;
-            let g = b.linear(&b.mul(&g, input)?, &ple.projection)?;
+            let g = b.gelu_tanh(&ple.gate.forward(b, &x)?)?;
+            let g = ple.projection.forward(b, &b.mul(&g, input)?)?;
             x = b.add(&x, &b.rms_norm(&g, Some(&ple.norm), eps)?)?;
         }
         match &self.layer_scalar {

@@ -9,6 +9,7 @@ pub mod gemma4;
 pub mod gemma4_assistant;
 mod layers;
 mod moe;
+pub mod nn;
 pub mod registry;
 
 pub use gemma3::Gemma3Target;

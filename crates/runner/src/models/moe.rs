@@ -19,6 +19,7 @@
 use mtp_core::{Backend, DType, ReduceOp};
 
 use super::config::MoeSpec;
+use super::nn::Linear;
 use crate::loading::{ArrayLoader, LoadResult};
 
 /// One layer's router and experts.
@@ -27,7 +28,7 @@ pub(crate) struct MoeBlock<B: Backend> {
     spec: MoeSpec,
     eps: f32,
     /// `[E, H]`.
-    router_proj: B::Array,
+    router_proj: Linear<B>,
     /// `[H]`.
     router_scale: B::Array,
     /// `H^-0.5`.
@@ -55,7 +56,7 @@ impl<B: Backend> MoeBlock<B> {
         let (e, i, h) = (spec.experts, spec.intermediate, hidden);
         let per_expert = loader.host(&format!("{prefix}.router.per_expert_scale"), &[e])?;
         Ok(Self {
-            router_proj: loader.array(&format!("{prefix}.router.proj.weight"), &[e, h])?,
+            router_proj: Linear::load(loader, &format!("{prefix}.router.proj.weight"), e, h)?,
             router_scale: loader.array(&format!("{prefix}.router.scale"), &[h])?,
             router_root: loader.scalar("router_root", (h as f64).powf(-0.5) as f32)?,
             per_expert_scale: loader.from_host("per_expert_scale", &per_expert, &[e, 1])?,
@@ -85,7 +86,7 @@ impl<B: Backend> MoeBlock<B> {
         let k = self.spec.top_k;
         let h = b.rms_norm(x, None, self.eps)?;
         let h = b.mul(&b.mul(&h, &self.router_scale)?, &self.router_root)?;
-        let scores = b.cast(&b.linear(&h, &self.router_proj)?, DType::F32)?;
+        let scores = b.cast(&self.router_proj.forward(b, &h)?, DType::F32)?;
         let rank = b.shape(&scores).len();
         let probs = b.softmax(&scores, rank - 1)?;
         let (top, ids) = b.top_k(&probs, k)?;

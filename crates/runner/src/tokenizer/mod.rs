@@ -7,11 +7,14 @@
 mod detokenizer;
 mod error;
 pub mod gguf;
+mod guard;
 mod json_text;
 mod special;
 mod template;
 
 use std::path::Path;
+
+use guard::unpanicked;
 
 use crate::loading::gguf::GgufFile;
 
@@ -51,12 +54,11 @@ impl Tokenizer {
     pub fn from_gguf(file: &GgufFile) -> TokenizerResult<Self> {
         let vocab = gguf::GgufVocab::read(file)?;
         let settings = gguf::gguf_settings(file, &vocab)?;
-        let inner = vocab
-            .build()
-            .map_err(|reason| TokenizerError::BadTokenizer {
-                path: file.path().to_path_buf(),
-                reason,
-            })?;
+        let bad = |reason: String| TokenizerError::BadTokenizer {
+            path: file.path().to_path_buf(),
+            reason,
+        };
+        let inner = unpanicked(|| vocab.build().map_err(bad), bad)?;
         Ok(Self { inner, settings })
     }
 
@@ -102,12 +104,7 @@ impl Tokenizer {
 
     /// A tokenizer from the text of a `tokenizer.json` and explicit settings (tests, embedding).
     pub fn from_json(json: &str, settings: TokenizerSettings) -> TokenizerResult<Self> {
-        let inner =
-            json.parse::<tokenizers::Tokenizer>()
-                .map_err(|e| TokenizerError::BadTokenizer {
-                    path: "<tokenizer.json text>".into(),
-                    reason: e.to_string(),
-                })?;
+        let inner = parse_tokenizer_json(json.as_bytes(), Path::new("<tokenizer.json text>"))?;
         Ok(Self { inner, settings })
     }
 
@@ -139,12 +136,16 @@ impl Tokenizer {
     /// Token ids of `text` with no special tokens added (special tokens written in the text,
     /// such as `<bos>`, are still recognised).
     pub fn encode_plain(&self, text: &str) -> TokenizerResult<Vec<u32>> {
-        self.inner
-            .encode(text, false)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| TokenizerError::Encode {
-                reason: e.to_string(),
-            })
+        let encode_error = |reason: String| TokenizerError::Encode { reason };
+        unpanicked(
+            || {
+                self.inner
+                    .encode(text, false)
+                    .map(|e| e.get_ids().to_vec())
+                    .map_err(|e| encode_error(e.to_string()))
+            },
+            encode_error,
+        )
     }
 
     /// Token ids of a prompt. [`PromptFormat::Raw`] adds BOS when `add_bos_token` is set (and
@@ -200,16 +201,20 @@ impl Tokenizer {
 
     /// The text of `ids`, special tokens skipped.
     pub fn decode(&self, ids: &[u32]) -> TokenizerResult<String> {
-        self.inner
-            .decode(ids, true)
-            .map_err(|e| TokenizerError::Decode {
-                reason: e.to_string(),
-            })
+        let decode_error = |reason: String| TokenizerError::Decode { reason };
+        unpanicked(
+            || {
+                self.inner
+                    .decode(ids, true)
+                    .map_err(|e| decode_error(e.to_string()))
+            },
+            decode_error,
+        )
     }
 
     /// The text of one token, special tokens included (log-probability reports name tokens so).
     pub fn token_text(&self, id: u32) -> String {
-        self.inner.decode(&[id], false).unwrap_or_default()
+        unpanicked(|| self.inner.decode(&[id], false).map_err(drop), drop).unwrap_or_default()
     }
 
     /// A streaming detokenizer over this tokenizer.
@@ -218,7 +223,7 @@ impl Tokenizer {
     }
 }
 
-/// Parse the `tokenizer.json` at `path`.
+/// Read and parse the `tokenizer.json` at `path`.
 fn read_tokenizer_json(path: &Path) -> TokenizerResult<tokenizers::Tokenizer> {
     let bytes = std::fs::read(path).map_err(|e| TokenizerError::MissingFile {
         path: path.to_path_buf(),
@@ -229,8 +234,20 @@ fn read_tokenizer_json(path: &Path) -> TokenizerResult<tokenizers::Tokenizer> {
             _ => e.to_string(),
         },
     })?;
-    tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| TokenizerError::BadTokenizer {
+    parse_tokenizer_json(&bytes, path)
+}
+
+/// Parse the bytes of a `tokenizer.json`: JSON first (most damage is caught there, with the
+/// line and column), then the `tokenizers` crate, fenced against its panics.
+fn parse_tokenizer_json(bytes: &[u8], path: &Path) -> TokenizerResult<tokenizers::Tokenizer> {
+    let bad = |reason: String| TokenizerError::BadTokenizer {
         path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
+        reason,
+    };
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+        .map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    unpanicked(
+        || tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| bad(e.to_string())),
+        bad,
+    )
 }

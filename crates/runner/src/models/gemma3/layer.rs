@@ -18,6 +18,7 @@ use mtp_core::{AttentionMask, Backend};
 use super::config::{Gemma3Layer, Gemma3Resolved};
 use super::weights::WeightSource;
 use crate::loading::LoadResult;
+use crate::models::nn::Linear;
 
 /// Queries, keys and values `[1, heads, t, dim]` of one forward.
 pub(crate) type Qkv<B> = (
@@ -58,17 +59,17 @@ pub(crate) struct DecoderLayer<B: Backend> {
     pub spec: Gemma3Layer,
     dims: Dims,
     input_norm: B::Array,
-    q_proj: B::Array,
-    k_proj: B::Array,
-    v_proj: B::Array,
-    o_proj: B::Array,
+    q_proj: Linear<B>,
+    k_proj: Linear<B>,
+    v_proj: Linear<B>,
+    o_proj: Linear<B>,
     q_norm: B::Array,
     k_norm: B::Array,
     post_attention_norm: B::Array,
     pre_feedforward_norm: B::Array,
-    gate_proj: B::Array,
-    up_proj: B::Array,
-    down_proj: B::Array,
+    gate_proj: Linear<B>,
+    up_proj: Linear<B>,
+    down_proj: Linear<B>,
     post_feedforward_norm: B::Array,
 }
 
@@ -90,19 +91,19 @@ impl<B: Backend> DecoderLayer<B> {
         let attn = format!("{prefix}.self_attn");
         Ok(Self {
             input_norm: w.norm_scale(&format!("{prefix}.input_layernorm.weight"), h)?,
-            q_proj: w.dense(&format!("{attn}.q_proj.weight"), &[nh * hd, h])?,
-            k_proj: w.dense(&format!("{attn}.k_proj.weight"), &[kvh * hd, h])?,
-            v_proj: w.dense(&format!("{attn}.v_proj.weight"), &[kvh * hd, h])?,
-            o_proj: w.dense(&format!("{attn}.o_proj.weight"), &[h, nh * hd])?,
+            q_proj: w.linear(&format!("{attn}.q_proj.weight"), nh * hd, h)?,
+            k_proj: w.linear(&format!("{attn}.k_proj.weight"), kvh * hd, h)?,
+            v_proj: w.linear(&format!("{attn}.v_proj.weight"), kvh * hd, h)?,
+            o_proj: w.linear(&format!("{attn}.o_proj.weight"), h, nh * hd)?,
             q_norm: w.norm_scale(&format!("{attn}.q_norm.weight"), hd)?,
             k_norm: w.norm_scale(&format!("{attn}.k_norm.weight"), hd)?,
             post_attention_norm: w
                 .norm_scale(&format!("{prefix}.post_attention_layernorm.weight"), h)?,
             pre_feedforward_norm: w
                 .norm_scale(&format!("{prefix}.pre_feedforward_layernorm.weight"), h)?,
-            gate_proj: w.dense(&format!("{prefix}.mlp.gate_proj.weight"), &[inter, h])?,
-            up_proj: w.dense(&format!("{prefix}.mlp.up_proj.weight"), &[inter, h])?,
-            down_proj: w.dense(&format!("{prefix}.mlp.down_proj.weight"), &[h, inter])?,
+            gate_proj: w.linear(&format!("{prefix}.mlp.gate_proj.weight"), inter, h)?,
+            up_proj: w.linear(&format!("{prefix}.mlp.up_proj.weight"), inter, h)?,
+            down_proj: w.linear(&format!("{prefix}.mlp.down_proj.weight"), h, inter)?,
             post_feedforward_norm: w
                 .norm_scale(&format!("{prefix}.post_feedforward_layernorm.weight"), h)?,
             spec,
@@ -122,10 +123,10 @@ impl<B: Backend> DecoderLayer<B> {
         &self,
         b: &B,
         h: &B::Array,
-        (proj, norm, heads): (&B::Array, &B::Array, usize),
+        (proj, norm, heads): (&Linear<B>, &B::Array, usize),
         start: usize,
     ) -> Result<B::Array, B::Error> {
-        let x = self.split_heads(b, &b.linear(h, proj)?, heads)?;
+        let x = self.split_heads(b, &proj.forward(b, h)?, heads)?;
         let x = b.rms_norm(&x, Some(norm), self.dims.eps)?;
         b.rope(&x, start, &self.spec.inv_freq)
     }
@@ -136,7 +137,7 @@ impl<B: Backend> DecoderLayer<B> {
         let h = b.rms_norm(x, Some(&self.input_norm), d.eps)?;
         let q = self.rotated(b, &h, (&self.q_proj, &self.q_norm, d.heads), start)?;
         let k = self.rotated(b, &h, (&self.k_proj, &self.k_norm, d.kv_heads), start)?;
-        let v = self.split_heads(b, &b.linear(&h, &self.v_proj)?, d.kv_heads)?;
+        let v = self.split_heads(b, &self.v_proj.forward(b, &h)?, d.kv_heads)?;
         Ok((q, k, v))
     }
 
@@ -153,12 +154,12 @@ impl<B: Backend> DecoderLayer<B> {
         let t = b.shape(q)[2];
         let a = b.attention(q, &view.keys, &view.values, mask, d.attention_scale)?;
         let a = b.reshape(&b.transpose(&a, 1, 2)?, &[1, t, d.heads * d.head_dim])?;
-        let a = b.linear(&a, &self.o_proj)?;
+        let a = self.o_proj.forward(b, &a)?;
         let x = b.add(x, &b.rms_norm(&a, Some(&self.post_attention_norm), d.eps)?)?;
         let h = b.rms_norm(&x, Some(&self.pre_feedforward_norm), d.eps)?;
-        let gate = b.gelu_tanh(&b.linear(&h, &self.gate_proj)?)?;
-        let inner = b.mul(&gate, &b.linear(&h, &self.up_proj)?)?;
-        let mlp = b.linear(&inner, &self.down_proj)?;
+        let gate = b.gelu_tanh(&self.gate_proj.forward(b, &h)?)?;
+        let inner = b.mul(&gate, &self.up_proj.forward(b, &h)?)?;
+        let mlp = self.down_proj.forward(b, &inner)?;
         b.add(
             &x,
             &b.rms_norm(&mlp, Some(&self.post_feedforward_norm), d.eps)?,

@@ -9,17 +9,18 @@ use super::layer::{DecoderLayer, Dims};
 use super::weights::WeightSource;
 use crate::loading::LoadResult;
 use crate::models::config::LayerType;
+use crate::models::nn::{Embedding, Linear};
 
 /// A loaded Gemma 3 text model; see the [module docs](crate::models::gemma3).
 #[derive(Debug)]
 pub struct Gemma3Target<B: Backend> {
     config: Gemma3Resolved,
     dtype: DType,
-    embed: B::Array,
+    embed: Embedding<B>,
     embed_scale: B::Array,
     layers: Vec<DecoderLayer<B>>,
     final_norm: B::Array,
-    lm_head: B::Array,
+    lm_head: Linear<B>,
 }
 
 impl<B: Backend> Gemma3Target<B> {
@@ -29,7 +30,7 @@ impl<B: Backend> Gemma3Target<B> {
         config: Gemma3Resolved,
     ) -> LoadResult<Self> {
         let (v, h) = (config.vocab_size, config.hidden_size);
-        let embed = weights.dense("model.embed_tokens.weight", &[v, h])?;
+        let embed = weights.embedding("model.embed_tokens.weight", v, h)?;
         // HF: `embed_scale` (sqrt(hidden), f32) cast to the weights' dtype.
         let embed_scale = weights.scalar("embed_scale", (h as f32).sqrt())?;
         let dims = Dims::of(&config);
@@ -45,9 +46,9 @@ impl<B: Backend> Gemma3Target<B> {
         let final_norm = weights.norm_scale("model.norm.weight", h)?;
         let lm_head = if config.tie_word_embeddings || !weights.contains("lm_head.weight") {
             weights.skip("lm_head.weight");
-            embed.clone()
+            embed.as_linear()
         } else {
-            weights.dense("lm_head.weight", &[v, h])?
+            weights.linear("lm_head.weight", v, h)?
         };
         Ok(Self {
             dtype: weights.dtype(),
@@ -118,7 +119,7 @@ impl<B: Backend> TargetModel<B> for Gemma3Target<B> {
     }
 
     fn unembed(&self, b: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
-        let logits = b.linear(hidden, &self.lm_head)?;
+        let logits = self.lm_head.forward(b, hidden)?;
         let logits = match self.config.final_logit_softcapping {
             Some(cap) => {
                 let cap = b.scalar(cap as f32, b.dtype(&logits))?;
@@ -132,6 +133,6 @@ impl<B: Backend> TargetModel<B> for Gemma3Target<B> {
 
     /// `embed_tokens(ids) * sqrt(hidden)` (HF `Gemma3TextScaledWordEmbedding`).
     fn token_embeddings(&self, b: &B, ids: &B::Array) -> Result<B::Array, B::Error> {
-        b.mul(&b.embedding(&self.embed, ids)?, &self.embed_scale)
+        b.mul(&self.embed.forward(b, ids)?, &self.embed_scale)
     }
 }

@@ -12,6 +12,7 @@ use mtp_core::{Backend, DType};
 
 use crate::loading::gguf_names::hf_to_gguf;
 use crate::loading::{ArrayLoader, GgufArrays, LoadError, LoadResult};
+use crate::models::nn::{Embedding, Linear};
 
 /// A source of Gemma 3 weights, by HF tensor name.
 pub(crate) trait WeightSource<B: Backend> {
@@ -19,8 +20,10 @@ pub(crate) trait WeightSource<B: Backend> {
     fn dtype(&self) -> DType;
     /// Whether the source holds tensor `name`.
     fn contains(&mut self, name: &str) -> bool;
-    /// Tensor `name` of shape `shape` as a dense array.
-    fn dense(&mut self, name: &str, shape: &[usize]) -> LoadResult<B::Array>;
+    /// Projection `name` of shape `[out, inp]`.
+    fn linear(&mut self, name: &str, out: usize, inp: usize) -> LoadResult<Linear<B>>;
+    /// Token table `name` of shape `[vocab, width]`.
+    fn embedding(&mut self, name: &str, vocab: usize, width: usize) -> LoadResult<Embedding<B>>;
     /// The RMS-norm scale HF multiplies by (`1 + w`) for norm `name` of width `dim`.
     fn norm_scale(&mut self, name: &str, dim: usize) -> LoadResult<B::Array>;
     /// Mark `name` as deliberately unused (if present).
@@ -38,8 +41,12 @@ impl<B: Backend> WeightSource<B> for ArrayLoader<'_, B> {
         self.store().contains(name)
     }
 
-    fn dense(&mut self, name: &str, shape: &[usize]) -> LoadResult<B::Array> {
-        self.array(name, shape)
+    fn linear(&mut self, name: &str, out: usize, inp: usize) -> LoadResult<Linear<B>> {
+        Linear::load(self, name, out, inp)
+    }
+
+    fn embedding(&mut self, name: &str, vocab: usize, width: usize) -> LoadResult<Embedding<B>> {
+        Embedding::load(self, name, vocab, width)
     }
 
     fn norm_scale(&mut self, name: &str, dim: usize) -> LoadResult<B::Array> {
@@ -74,8 +81,17 @@ impl<B: Backend> WeightSource<B> for GgufArrays<'_, B> {
         hf_to_gguf(name).is_some_and(|g| GgufArrays::contains(self, &g))
     }
 
-    fn dense(&mut self, name: &str, shape: &[usize]) -> LoadResult<B::Array> {
-        self.array(&gguf_name(name)?, shape)
+    /// Dense (F32 / F16 / BF16) for now: a quantized tensor is
+    /// [`GgufError::QuantizedTensor`](crate::loading::gguf::GgufError::QuantizedTensor) until
+    /// quantized GGUF weights are wired into [`Linear`] (here and in `embedding`).
+    fn linear(&mut self, name: &str, out: usize, inp: usize) -> LoadResult<Linear<B>> {
+        let w = self.array(&gguf_name(name)?, &[out, inp])?;
+        Ok(Linear::dense(w, out, inp))
+    }
+
+    fn embedding(&mut self, name: &str, vocab: usize, width: usize) -> LoadResult<Embedding<B>> {
+        let table = self.array(&gguf_name(name)?, &[vocab, width])?;
+        Ok(Embedding::dense(table, vocab, width))
     }
 
     /// Stored as `1 + w` by llama.cpp's converter: used as is.
