@@ -54,6 +54,7 @@ fn load_in<B: Backend>(backend: B, dtype: DType) -> Pipeline<B> {
     let paths = ModelPaths {
         target: dir.join("target"),
         drafter: Some(dir.join("assistant")),
+        tokenizer: None,
     };
     Pipeline::load(backend, &paths, &LoadOptions { dtype }).expect("the default pair loads")
 }
