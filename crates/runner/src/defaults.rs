@@ -12,13 +12,16 @@ use std::path::{Path, PathBuf};
 /// Environment variable naming a directory with `target/` and `assistant/` model directories.
 pub const MODEL_DIR_ENV: &str = "MTP_MODEL_DIR";
 
-/// The target and (optional) drafter directories of a model pair.
+/// The target and (optional) drafter of a model pair, and the tokenizer to use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelPaths {
-    /// The target model's HF directory (config, weights, tokenizer).
+    /// The target model: an HF directory (config, weights, tokenizer) or a `.gguf` file (with
+    /// its embedded vocabulary).
     pub target: PathBuf,
     /// The drafter's HF directory; `None` decodes without MTP.
     pub drafter: Option<PathBuf>,
+    /// A `tokenizer.json` to use instead of the target's own tokenizer (`--tokenizer`).
+    pub tokenizer: Option<PathBuf>,
 }
 
 /// The default pair could not be found.
@@ -122,6 +125,7 @@ pub fn pair_in(dir: &Path, source: PairSource) -> Result<ModelPaths, DefaultMode
     Ok(ModelPaths {
         target,
         drafter: Some(drafter),
+        tokenizer: None,
     })
 }
 

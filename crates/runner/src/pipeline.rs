@@ -9,8 +9,9 @@ use mtp_core::schedule::ScheduleMemory;
 use mtp_core::Backend;
 
 use crate::defaults::ModelPaths;
+use crate::loading::gguf::{is_gguf_path, GgufFile};
 use crate::loading::{LoadError, LoadOptions};
-use crate::models::registry::{load_drafter_model, load_target_model};
+use crate::models::registry::{load_drafter_model, load_gguf_target, load_target_model};
 use crate::models::{Gemma4Assistant, LoadedTarget};
 use crate::tokenizer::{ChatMessage, ChatOptions, PromptFormat, Tokenizer, TokenizerError};
 
@@ -23,6 +24,12 @@ pub enum PipelineError {
         /// `target` or `drafter`.
         role: ModelRole,
         /// The directory.
+        path: PathBuf,
+    },
+    /// The target's GGUF file does not exist (or is not a file).
+    #[error("the target model file {} does not exist", .path.display())]
+    MissingModelFile {
+        /// The file.
         path: PathBuf,
     },
     /// A model directory could not be loaded.
@@ -126,7 +133,11 @@ pub struct Generation {
 /// # fn main() -> Result<(), runner::PipelineError> {
 /// # let case = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
 /// #     .join("../../tests/fixtures/gemma4/swa_basic");
-/// let paths = ModelPaths { target: case.join("target"), drafter: Some(case.join("assistant")) };
+/// let paths = ModelPaths {
+///     target: case.join("target"),
+///     drafter: Some(case.join("assistant")),
+///     tokenizer: None,
+/// };
 /// let pipeline = Pipeline::load(ReferenceBackend::default(), &paths, &Default::default())?;
 ///
 /// // Greedy by default; EOS from the model's configuration.
@@ -178,6 +189,15 @@ impl<B: Backend> std::fmt::Debug for Pipeline<B> {
 }
 
 fn check_dir(role: ModelRole, path: &Path) -> Result<(), PipelineError> {
+    if role == ModelRole::Target && is_gguf_path(path) {
+        return if path.is_file() {
+            Ok(())
+        } else {
+            Err(PipelineError::MissingModelFile {
+                path: path.to_path_buf(),
+            })
+        };
+    }
     if path.is_dir() {
         Ok(())
     } else {
@@ -189,7 +209,8 @@ fn check_dir(role: ModelRole, path: &Path) -> Result<(), PipelineError> {
 }
 
 impl<B: Backend> Pipeline<B> {
-    /// Load the pair in `paths` (the tokenizer comes from the target's directory).
+    /// Load the pair in `paths` (the tokenizer is `paths.tokenizer`, else the target's own: its
+    /// directory's `tokenizer.json` or the vocabulary its GGUF file embeds).
     pub fn load(
         backend: B,
         paths: &ModelPaths,
@@ -209,17 +230,33 @@ impl<B: Backend> Pipeline<B> {
         if let Some(drafter) = &paths.drafter {
             check_dir(ModelRole::Drafter, drafter)?;
         }
-        progress(LoadStage::Tokenizer);
-        let tokenizer = Tokenizer::from_dir(&paths.target)?;
-        progress(LoadStage::Target);
-        let mut on_tensor =
-            |done: usize, total: usize| progress(LoadStage::TargetTensors { done, total });
-        let loaded = load_target_model(&backend, &paths.target, options, &mut on_tensor);
-        let (target, _) = loaded.map_err(|source| PipelineError::Load {
+        let load_error = |source| PipelineError::Load {
             role: ModelRole::Target,
             path: paths.target.clone(),
             source,
-        })?;
+        };
+        progress(LoadStage::Tokenizer);
+        let gguf = if is_gguf_path(&paths.target) {
+            Some(GgufFile::open(&paths.target).map_err(load_error)?)
+        } else {
+            None
+        };
+        let tokenizer = match (&gguf, &paths.tokenizer) {
+            (Some(file), Some(json)) => {
+                Tokenizer::from_file(json, Tokenizer::gguf_settings(file)?)?
+            }
+            (Some(file), None) => Tokenizer::from_gguf(file)?,
+            (None, Some(json)) => Tokenizer::from_file_with_dir(json, &paths.target)?,
+            (None, None) => Tokenizer::from_dir(&paths.target)?,
+        };
+        progress(LoadStage::Target);
+        let mut on_tensor =
+            |done: usize, total: usize| progress(LoadStage::TargetTensors { done, total });
+        let loaded = match &gguf {
+            Some(file) => load_gguf_target(&backend, file, options, &mut on_tensor),
+            None => load_target_model(&backend, &paths.target, options, &mut on_tensor),
+        };
+        let (target, _) = loaded.map_err(load_error)?;
         let drafter = match &paths.drafter {
             Some(dir) => {
                 progress(LoadStage::Drafter);

@@ -32,6 +32,7 @@ fn pair() -> ModelPaths {
     ModelPaths {
         target: dir.join("target"),
         drafter: Some(dir.join("assistant")),
+        tokenizer: None,
     }
 }
 

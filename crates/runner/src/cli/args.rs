@@ -82,12 +82,14 @@ impl ModelArgs {
             Some(target) => Ok(ModelPaths {
                 target: target.clone(),
                 drafter: self.draft.clone(),
+                tokenizer: self.tokenizer.clone(),
             }),
             None => {
                 let mut pair = default_pair()?;
                 if let Some(draft) = &self.draft {
                     pair.drafter = Some(draft.clone());
                 }
+                pair.tokenizer = self.tokenizer.clone();
                 Ok(pair)
             }
         }
@@ -158,11 +160,17 @@ impl QuantizeChoice {
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Model")]
 pub struct ModelArgs {
-    /// Target model directory (HF layout: config.json, *.safetensors, tokenizer.json) or HF repo
-    /// id (owner/name[@revision], from the local HF cache)
+    /// Target model directory (HF layout: config.json, *.safetensors, tokenizer.json), a GGUF
+    /// file (*.gguf, its tokenizer embedded), or HF repo id (owner/name[@revision], from the
+    /// local HF cache)
     /// [default: the pair in $MTP_MODEL_DIR, else models/default/ of the checkout].
-    #[arg(long, visible_alias = "target", value_name = "DIR|REPO", value_parser = model_location)]
+    #[arg(long, visible_alias = "target", value_name = "DIR|FILE|REPO", value_parser = model_location)]
     pub model: Option<PathBuf>,
+    /// A tokenizer.json to use instead of the model's own tokenizer (the target directory's
+    /// tokenizer.json, or the vocabulary a GGUF file embeds); special tokens still come from the
+    /// model.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
     /// Drafter directory or HF repo id; its config.json model_type says what it is (a Gemma 4
     /// assistant drafts as an MTP head; see --draft-kind) [default: none with --model, so plain
     /// decoding; the default pair's assistant without --model].

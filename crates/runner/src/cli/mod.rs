@@ -2,6 +2,8 @@
 //! progress.
 
 pub mod args;
+#[cfg(test)]
+mod args_fuzz;
 pub mod backend;
 pub mod bench;
 pub mod console;

@@ -4,12 +4,16 @@
 use std::path::Path;
 
 use anyhow::bail;
+use runner::loading::gguf::is_gguf_path;
 use runner::loading::ASSISTANT_MODEL_TYPES;
 use runner::ModelPaths;
 
 /// Check both paths of `paths`: directories, and the target not an MTP drafter.
 pub fn check_paths(paths: &ModelPaths) -> anyhow::Result<()> {
-    check_dir("--model", &paths.target)?;
+    // A target may also be a single GGUF file.
+    if !is_gguf_path(&paths.target) {
+        check_dir("--model", &paths.target)?;
+    }
     if let Some(drafter) = &paths.drafter {
         check_dir("--draft", drafter)?;
     }
@@ -29,7 +33,8 @@ fn check_dir(flag: &str, path: &Path) -> anyhow::Result<()> {
     if path.is_file() {
         bail!(
             "{flag} {} is a file: pass the model's directory (the one holding config.json, the \
-             *.safetensors weights and, for the target, tokenizer.json)",
+             *.safetensors weights and, for the target, tokenizer.json), or a .gguf file as the \
+             target",
             path.display()
         );
     }

@@ -106,6 +106,10 @@ pub enum LoadError {
         /// What does not fit.
         reason: String,
     },
+    /// A GGUF file is unreadable, or does not hold what the model needs (see
+    /// [`GgufError`](super::gguf::GgufError)).
+    #[error(transparent)]
+    Gguf(Box<super::gguf::GgufError>),
     /// The backend refused to build an array from the weights.
     #[error("backend error while building {name}: {reason}")]
     Backend {

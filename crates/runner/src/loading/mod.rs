@@ -1,5 +1,7 @@
 //! Loading HF model directories: `config.json` plus safetensors weights (one file or shards),
-//! memory-mapped and converted from F32 / F16 / BF16 to backend arrays of a chosen compute dtype.
+//! memory-mapped and converted from F32 / F16 / BF16 to backend arrays of a chosen compute dtype;
+//! and single GGUF files ([`gguf`]: metadata, tensors, the name map to HF names in
+//! [`gguf_names`]).
 //!
 //! ```no_run
 //! use mtp_core::reference::ReferenceBackend;
@@ -21,6 +23,9 @@
 mod arrays;
 mod config_file;
 mod error;
+pub mod gguf;
+mod gguf_arrays;
+pub mod gguf_names;
 mod layout;
 mod plan;
 mod quantized;
@@ -37,6 +42,7 @@ pub use config_file::{
     TARGET_MODEL_TYPES,
 };
 pub use error::{LoadError, LoadResult};
+pub use gguf_arrays::GgufArrays;
 pub use layout::{TextLayout, TOWER_MODULES};
 pub use plan::{auto_dtype, available_memory, estimate_memory, MemoryEstimate};
 pub use quantized::MlxQuantization;

@@ -86,9 +86,9 @@ fn drop_pages(map: &Mmap, offset: usize, len: usize) {
 #[cfg(not(unix))]
 fn drop_pages(_map: &Mmap, _offset: usize, _len: usize) {}
 
-/// Map `path` read-only.
+/// Map `path` read-only (every weight file, safetensors or GGUF, is mapped here).
 #[allow(unsafe_code)]
-fn map_file(path: &Path) -> LoadResult<Mmap> {
+pub(crate) fn map_file(path: &Path) -> LoadResult<Mmap> {
     let file = File::open(path).map_err(|e| LoadError::MissingFile {
         path: path.to_path_buf(),
         reason: e.to_string(),

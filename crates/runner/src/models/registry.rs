@@ -2,7 +2,8 @@
 //! family builds a checkpoint, and the family-neutral [`LoadedTarget`] a [`Pipeline`] holds.
 //!
 //! Adding a family is a folder of model code, a row per `model_type` in [`REGISTRY`], a
-//! [`Family`] and [`LoadedTarget`] variant, and its arm in [`load_target_model`].
+//! [`Family`] and [`LoadedTarget`] variant, and its arm in [`load_target_model`] (and, for a
+//! GGUF architecture, in [`GGUF_REGISTRY`]).
 //!
 //! [`Pipeline`]: crate::Pipeline
 
@@ -13,10 +14,12 @@ use mtp_core::model::{TargetModel, TargetOutput};
 use mtp_core::options::MtpDefaults;
 use mtp_core::Backend;
 
+use super::gemma3::{self, Gemma3Target};
 use super::{Gemma4Assistant, Gemma4Target};
+use crate::loading::gguf::{is_gguf_path, GgufError, GgufFile};
 use crate::loading::{
     load_assistant, load_target_reporting, read_config_json, LoadError, LoadOptions, LoadReport,
-    LoadResult, TensorProgress,
+    LoadResult, TensorProgress, TextLayout,
 };
 
 /// A model family: one folder of model code.
@@ -24,6 +27,8 @@ use crate::loading::{
 pub enum Family {
     /// Gemma 4 (`models/gemma4.rs`, `gemma4_assistant.rs`, `layers.rs`, `moe.rs`).
     Gemma4,
+    /// Gemma 3 text (`models/gemma3/`).
+    Gemma3,
 }
 
 /// What a checkpoint of a `model_type` is used as.
@@ -63,12 +68,21 @@ pub const REGISTRY: &[Registration] = &[
         role: Role::Target,
     },
     Registration {
+        model_type: "gemma3_text",
+        hf_class: "Gemma3ForCausalLM",
+        family: Family::Gemma3,
+        role: Role::Target,
+    },
+    Registration {
         model_type: "gemma4_assistant",
         hf_class: "Gemma4AssistantForCausalLM",
         family: Family::Gemma4,
         role: Role::Drafter,
     },
 ];
+
+/// GGUF `general.architecture` → the family that builds it (targets only).
+pub const GGUF_REGISTRY: &[(&str, Family)] = &[("gemma3", Family::Gemma3)];
 
 /// The registration of `model_type` in `role`, if any.
 pub fn lookup(model_type: &str, role: Role) -> Option<&'static Registration> {
@@ -101,10 +115,14 @@ fn family_of(dir: &Path, role: Role) -> LoadResult<Family> {
 }
 
 /// A loaded target of any registered family.
+// One value per pipeline, built once: boxing the larger variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum LoadedTarget<B: Backend> {
     /// A Gemma 4 target (either layout).
     Gemma4(Gemma4Target<B>),
+    /// A Gemma 3 text target (safetensors or GGUF).
+    Gemma3(Gemma3Target<B>),
 }
 
 impl<B: Backend> LoadedTarget<B> {
@@ -112,6 +130,7 @@ impl<B: Backend> LoadedTarget<B> {
     pub fn family(&self) -> Family {
         match self {
             Self::Gemma4(_) => Family::Gemma4,
+            Self::Gemma3(_) => Family::Gemma3,
         }
     }
 
@@ -119,12 +138,22 @@ impl<B: Backend> LoadedTarget<B> {
     pub fn as_gemma4(&self) -> Option<&Gemma4Target<B>> {
         match self {
             Self::Gemma4(model) => Some(model),
+            Self::Gemma3(_) => None,
+        }
+    }
+
+    /// The Gemma 3 target, when it is one.
+    pub fn as_gemma3(&self) -> Option<&Gemma3Target<B>> {
+        match self {
+            Self::Gemma3(model) => Some(model),
+            Self::Gemma4(_) => None,
         }
     }
 
     fn model(&self) -> &dyn TargetModel<B> {
         match self {
             Self::Gemma4(model) => model,
+            Self::Gemma3(model) => model,
         }
     }
 }
@@ -165,17 +194,62 @@ impl<B: Backend> TargetModel<B> for LoadedTarget<B> {
     }
 }
 
-/// Load the target in `dir` with the family its `model_type` is registered to, telling
-/// `progress` each tensor read.
+/// Load the target at `path` with the family it is registered to, telling `progress` each tensor
+/// read: an HF model directory (by the `model_type` of its `config.json`) or a `.gguf` file (by
+/// its `general.architecture`, [`GGUF_REGISTRY`]).
 pub fn load_target_model<B: Backend>(
     backend: &B,
-    dir: &Path,
+    path: &Path,
     options: &LoadOptions,
     progress: TensorProgress<'_>,
 ) -> LoadResult<(LoadedTarget<B>, LoadReport)> {
+    if is_gguf_path(path) {
+        let file = GgufFile::open(path)?;
+        return load_gguf_target(backend, &file, options, progress);
+    }
+    let dir = path;
     match family_of(dir, Role::Target)? {
         Family::Gemma4 => load_target_reporting(backend, dir, options, progress)
             .map(|(model, report)| (LoadedTarget::Gemma4(model), report)),
+        Family::Gemma3 => gemma3::load_safetensors(backend, dir, options, progress)
+            .map(|(model, stats)| (LoadedTarget::Gemma3(model), text_report(stats))),
+    }
+}
+
+/// The report of a model whose text model sits at the root (`model.`).
+fn text_report(stats: crate::loading::StoreStats) -> LoadReport {
+    LoadReport {
+        layout: TextLayout {
+            prefix: "model.".into(),
+            wrapper: None,
+        },
+        stats,
+    }
+}
+
+/// Load the target in an opened GGUF file with the family its architecture is registered to.
+pub fn load_gguf_target<B: Backend>(
+    backend: &B,
+    file: &GgufFile,
+    options: &LoadOptions,
+    progress: TensorProgress<'_>,
+) -> LoadResult<(LoadedTarget<B>, LoadReport)> {
+    let arch = file.architecture()?;
+    let Some((_, family)) = GGUF_REGISTRY.iter().find(|(a, _)| *a == arch) else {
+        return Err(GgufError::UnsupportedArchitecture {
+            path: file.path().to_path_buf(),
+            found: arch.to_string(),
+            supported: GGUF_REGISTRY.iter().map(|(a, _)| *a).collect(),
+        }
+        .into());
+    };
+    match family {
+        Family::Gemma3 => gemma3::load_gguf(backend, file, options, progress)
+            .map(|(model, stats)| (LoadedTarget::Gemma3(model), text_report(stats))),
+        Family::Gemma4 => Err(LoadError::UnsupportedFeature {
+            path: file.path().to_path_buf(),
+            feature: "Gemma 4 from GGUF".into(),
+        }),
     }
 }
 
@@ -192,5 +266,12 @@ pub fn load_drafter_model<B: Backend>(
         (Family::Gemma4, LoadedTarget::Gemma4(target)) => {
             load_assistant(backend, dir, target, options)
         }
+        (_, other) => Err(LoadError::DrafterMismatch {
+            reason: format!(
+                "a {family:?} drafter cannot draft for a {:?} target (Gemma 3 has no MTP \
+                 drafter: use --ngram)",
+                other.family()
+            ),
+        }),
     }
 }

@@ -1,15 +1,22 @@
 //! The tokenizer of a model directory: `tokenizer.json` through the `tokenizers` crate, special
 //! tokens from `config.json` / `generation_config.json` / `tokenizer_config.json`, the
 //! checkpoint's own chat template ([`ChatTemplate`], rendered as HF renders it), and streaming
-//! detokenization ([`Detokenizer`]).
+//! detokenization ([`Detokenizer`]). A GGUF file's embedded vocabulary builds the same kind of
+//! tokenizer ([`Tokenizer::from_gguf`], see [`gguf`]).
 
 mod detokenizer;
 mod error;
+pub mod gguf;
+mod guard;
 mod json_text;
 mod special;
 mod template;
 
 use std::path::Path;
+
+use guard::unpanicked;
+
+use crate::loading::gguf::GgufFile;
 
 pub use detokenizer::Detokenizer;
 pub use error::{TokenizerError, TokenizerResult};
@@ -39,22 +46,33 @@ impl Tokenizer {
     /// optional side files (see [`TokenizerSettings`]). Special tokens named only by string in
     /// `tokenizer_config.json` are looked up in the vocabulary.
     pub fn from_dir(dir: &Path) -> TokenizerResult<Self> {
-        let path = dir.join("tokenizer.json");
-        let bytes = std::fs::read(&path).map_err(|e| TokenizerError::MissingFile {
-            path: path.clone(),
-            reason: match e.kind() {
-                std::io::ErrorKind::NotFound => {
-                    "no such file (the model directory needs its tokenizer.json)".to_string()
-                }
-                _ => e.to_string(),
-            },
-        })?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| {
-            TokenizerError::BadTokenizer {
-                path: path.clone(),
-                reason: e.to_string(),
-            }
-        })?;
+        Self::from_file_with_dir(&dir.join("tokenizer.json"), dir)
+    }
+
+    /// The tokenizer a GGUF file embeds (see [`gguf`]): its vocabulary as a `tokenizers` BPE,
+    /// and BOS / EOS / `add_bos_token` / the chat template from its metadata.
+    pub fn from_gguf(file: &GgufFile) -> TokenizerResult<Self> {
+        let vocab = gguf::GgufVocab::read(file)?;
+        let settings = gguf::gguf_settings(file, &vocab)?;
+        let bad = |reason: String| TokenizerError::BadTokenizer {
+            path: file.path().to_path_buf(),
+            reason,
+        };
+        let inner = unpanicked(|| vocab.build().map_err(bad), bad)?;
+        Ok(Self { inner, settings })
+    }
+
+    /// The special-token settings a GGUF file states (for a `--tokenizer` file used with it).
+    pub fn gguf_settings(file: &GgufFile) -> TokenizerResult<TokenizerSettings> {
+        gguf::gguf_settings(file, &gguf::GgufVocab::read(file)?)
+    }
+
+    /// The settings of the model directory `dir`'s side files (for a `--tokenizer` file used
+    /// with it), special tokens named by string looked up in `inner`'s vocabulary.
+    fn dir_settings(
+        dir: &Path,
+        inner: &tokenizers::Tokenizer,
+    ) -> TokenizerResult<TokenizerSettings> {
         let (mut settings, names) = special::read_settings(dir)?;
         if settings.bos.is_none() {
             settings.bos = names.bos.as_deref().and_then(|n| inner.token_to_id(n));
@@ -64,17 +82,29 @@ impl Tokenizer {
                 .eos
                 .extend(names.eos.as_deref().and_then(|n| inner.token_to_id(n)));
         }
+        Ok(settings)
+    }
+
+    /// A `tokenizer.json` file with the settings of the model directory `dir` (`--tokenizer FILE`
+    /// for a model directory).
+    pub fn from_file_with_dir(path: &Path, dir: &Path) -> TokenizerResult<Self> {
+        let inner = read_tokenizer_json(path)?;
+        let settings = Self::dir_settings(dir, &inner)?;
         Ok(Self { inner, settings })
+    }
+
+    /// A `tokenizer.json` file with explicit settings (`--tokenizer FILE` for a GGUF model, with
+    /// [`gguf_settings`](Self::gguf_settings)).
+    pub fn from_file(path: &Path, settings: TokenizerSettings) -> TokenizerResult<Self> {
+        Ok(Self {
+            inner: read_tokenizer_json(path)?,
+            settings,
+        })
     }
 
     /// A tokenizer from the text of a `tokenizer.json` and explicit settings (tests, embedding).
     pub fn from_json(json: &str, settings: TokenizerSettings) -> TokenizerResult<Self> {
-        let inner =
-            json.parse::<tokenizers::Tokenizer>()
-                .map_err(|e| TokenizerError::BadTokenizer {
-                    path: "<tokenizer.json text>".into(),
-                    reason: e.to_string(),
-                })?;
+        let inner = parse_tokenizer_json(json.as_bytes(), Path::new("<tokenizer.json text>"))?;
         Ok(Self { inner, settings })
     }
 
@@ -106,12 +136,16 @@ impl Tokenizer {
     /// Token ids of `text` with no special tokens added (special tokens written in the text,
     /// such as `<bos>`, are still recognised).
     pub fn encode_plain(&self, text: &str) -> TokenizerResult<Vec<u32>> {
-        self.inner
-            .encode(text, false)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| TokenizerError::Encode {
-                reason: e.to_string(),
-            })
+        let encode_error = |reason: String| TokenizerError::Encode { reason };
+        unpanicked(
+            || {
+                self.inner
+                    .encode(text, false)
+                    .map(|e| e.get_ids().to_vec())
+                    .map_err(|e| encode_error(e.to_string()))
+            },
+            encode_error,
+        )
     }
 
     /// Token ids of a prompt. [`PromptFormat::Raw`] adds BOS when `add_bos_token` is set (and
@@ -167,20 +201,53 @@ impl Tokenizer {
 
     /// The text of `ids`, special tokens skipped.
     pub fn decode(&self, ids: &[u32]) -> TokenizerResult<String> {
-        self.inner
-            .decode(ids, true)
-            .map_err(|e| TokenizerError::Decode {
-                reason: e.to_string(),
-            })
+        let decode_error = |reason: String| TokenizerError::Decode { reason };
+        unpanicked(
+            || {
+                self.inner
+                    .decode(ids, true)
+                    .map_err(|e| decode_error(e.to_string()))
+            },
+            decode_error,
+        )
     }
 
     /// The text of one token, special tokens included (log-probability reports name tokens so).
     pub fn token_text(&self, id: u32) -> String {
-        self.inner.decode(&[id], false).unwrap_or_default()
+        unpanicked(|| self.inner.decode(&[id], false).map_err(drop), drop).unwrap_or_default()
     }
 
     /// A streaming detokenizer over this tokenizer.
     pub fn detokenizer(&self) -> Detokenizer<'_> {
         Detokenizer::new(self)
     }
+}
+
+/// Read and parse the `tokenizer.json` at `path`.
+fn read_tokenizer_json(path: &Path) -> TokenizerResult<tokenizers::Tokenizer> {
+    let bytes = std::fs::read(path).map_err(|e| TokenizerError::MissingFile {
+        path: path.to_path_buf(),
+        reason: match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                "no such file (the model needs its tokenizer.json)".to_string()
+            }
+            _ => e.to_string(),
+        },
+    })?;
+    parse_tokenizer_json(&bytes, path)
+}
+
+/// Parse the bytes of a `tokenizer.json`: JSON first (most damage is caught there, with the
+/// line and column), then the `tokenizers` crate, fenced against its panics.
+fn parse_tokenizer_json(bytes: &[u8], path: &Path) -> TokenizerResult<tokenizers::Tokenizer> {
+    let bad = |reason: String| TokenizerError::BadTokenizer {
+        path: path.to_path_buf(),
+        reason,
+    };
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+        .map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    unpanicked(
+        || tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| bad(e.to_string())),
+        bad,
+    )
 }

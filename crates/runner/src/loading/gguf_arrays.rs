@@ -1,0 +1,171 @@
+//! Turning the tensors of a [`GgufFile`] into backend arrays of the compute dtype, by GGUF name.
+//!
+//! F32 / F16 / BF16 tensors load densely, straight from the memory map through
+//! [`Backend::from_le_bytes`] (as safetensors weights do). Quantized tensors are handed out as
+//! [`RawTensor`] records ([`GgufArrays::raw`]); asking for one as a dense array is a
+//! [`GgufError::QuantizedTensor`] error until quantized weights are wired into the models.
+//! Like [`TensorStore::finish`](super::TensorStore::finish), [`GgufArrays::finish`] fails on
+//! tensors the model did not use.
+
+use std::collections::BTreeSet;
+
+use mtp_core::{Backend, DType};
+
+use super::error::{LoadError, LoadResult};
+use super::gguf::{GgufError, GgufFile, RawTensor};
+use super::tensors::StoreStats;
+use super::TensorProgress;
+
+/// The float dtype of `raw`, or the typed error for a quantized tensor.
+fn float_dtype(name: &str, raw: &RawTensor<'_>) -> LoadResult<DType> {
+    raw.ggml_type.float_dtype().ok_or_else(|| {
+        GgufError::QuantizedTensor {
+            name: name.to_string(),
+            ggml_type: raw.ggml_type.id,
+            type_name: raw.ggml_type.name,
+        }
+        .into()
+    })
+}
+
+/// Reads tensors of one GGUF file into arrays of one backend and compute dtype.
+pub struct GgufArrays<'a, B: Backend> {
+    backend: &'a B,
+    file: &'a GgufFile,
+    dtype: DType,
+    taken: BTreeSet<String>,
+    read_bytes: u64,
+    progress: Option<TensorProgress<'a>>,
+}
+
+impl<B: Backend> std::fmt::Debug for GgufArrays<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufArrays")
+            .field("file", &self.file.path())
+            .field("dtype", &self.dtype)
+            .field("taken", &self.taken.len())
+            .finish()
+    }
+}
+
+impl<'a, B: Backend> GgufArrays<'a, B> {
+    /// A loader creating arrays of `dtype` (a float dtype) on `backend` from `file`.
+    pub fn new(backend: &'a B, file: &'a GgufFile, dtype: DType) -> Self {
+        Self {
+            backend,
+            file,
+            dtype,
+            taken: BTreeSet::new(),
+            read_bytes: 0,
+            progress: None,
+        }
+    }
+
+    /// Report each tensor read to `progress` (for a progress bar).
+    pub fn with_progress(mut self, progress: TensorProgress<'a>) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// The backend arrays are created on.
+    pub fn backend(&self) -> &B {
+        self.backend
+    }
+
+    /// The compute dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The file.
+    pub fn file(&self) -> &GgufFile {
+        self.file
+    }
+
+    /// Whether the file holds tensor `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.file.tensor_info(name).is_some()
+    }
+
+    /// Tensor `name` of shape `shape` as a raw record (any ggml type), marked as read.
+    pub fn raw(&mut self, name: &str, shape: &[usize]) -> LoadResult<RawTensor<'a>> {
+        let file = self.file;
+        let Some(raw) = file.raw(name) else {
+            return Err(LoadError::MissingTensor {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+            });
+        };
+        if raw.shape != shape {
+            return Err(LoadError::ShapeMismatch {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                found: raw.shape.to_vec(),
+            });
+        }
+        if self.taken.insert(name.to_string()) {
+            self.read_bytes += raw.bytes.len() as u64;
+        }
+        if let Some(progress) = self.progress.as_mut() {
+            progress(self.taken.len(), file.tensors().len());
+        }
+        Ok(raw)
+    }
+
+    /// Tensor `name` of shape `shape` as a dense array of the compute dtype (stored as F32, F16
+    /// or BF16; a quantized tensor is a [`GgufError::QuantizedTensor`] error).
+    pub fn array(&mut self, name: &str, shape: &[usize]) -> LoadResult<B::Array> {
+        let raw = self.raw(name, shape)?;
+        let src = float_dtype(name, &raw)?;
+        self.backend
+            .from_le_bytes(raw.bytes, src, shape, self.dtype)
+            .map_err(|e| LoadError::Backend {
+                name: name.to_string(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Tensor `name` of shape `shape` as host `f32` values (F32, F16 or BF16).
+    pub fn host(&mut self, name: &str, shape: &[usize]) -> LoadResult<Vec<f32>> {
+        let raw = self.raw(name, shape)?;
+        let src = float_dtype(name, &raw)?;
+        mtp_core::backend::decode_le_floats("gguf host tensor", raw.bytes, src).map_err(|e| {
+            LoadError::Backend {
+                name: name.to_string(),
+                reason: e.to_string(),
+            }
+        })
+    }
+
+    /// An array of the compute dtype from host values.
+    pub fn from_host(&self, name: &str, data: &[f32], shape: &[usize]) -> LoadResult<B::Array> {
+        self.backend
+            .from_f32(data, shape, self.dtype)
+            .map_err(|e| LoadError::Backend {
+                name: name.to_string(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Fail with [`LoadError::UnexpectedTensor`] if some tensor of the file was not read;
+    /// otherwise say what was read.
+    pub fn finish(self) -> LoadResult<StoreStats> {
+        if let Some(name) = self
+            .file
+            .tensors()
+            .keys()
+            .find(|name| !self.taken.contains(*name))
+        {
+            return Err(LoadError::UnexpectedTensor {
+                name: name.clone(),
+                path: self.file.path().to_path_buf(),
+            });
+        }
+        Ok(StoreStats {
+            read_tensors: self.taken.len(),
+            read_bytes: self.read_bytes,
+            skipped_tensors: 0,
+            skipped_bytes: 0,
+        })
+    }
+}

@@ -1,0 +1,110 @@
+//! Gemma 3 text models over any [`Backend`]: HF `Gemma3ForCausalLM` checkpoints
+//! (`model_type: "gemma3_text"`) and GGUF files of architecture `gemma3` (llama.cpp's), built by
+//! the same code.
+//!
+//! # Forward
+//!
+//! ```text
+//! x      = embed_tokens(ids) * sqrt(hidden)
+//! x      = layers(x)           (see `layer.rs`; sliding layers: local RoPE base and a window)
+//! h      = norm(x)             (hidden and draft_hidden)
+//! logits = softcap(h @ embed_tokens^T)   (softcap only when `final_logit_softcapping` is set)
+//! ```
+//!
+//! Gemma 3's own pieces: attention scaled by `query_pre_attn_scalar ^ -0.5`; sliding layers use
+//! the local RoPE base (`rope_local_base_freq`, default 10 000), full layers the global one
+//! (default 10⁶, optionally with linear scaling); `layer_types` from `sliding_window_pattern`
+//! (default: 5 sliding, then 1 full); every RMS norm scales by `1 + w` (HF `Gemma3RMSNorm`).
+//!
+//! From a GGUF, the configuration is read as llama.cpp reads it ([`config::resolve_gguf`]):
+//! llama.cpp ignores `query_pre_attn_scalar` (it uses `head_dim`, or `hidden / heads` for the
+//! 62-layer 27B), defaults the sliding pattern to 6 and the local base to 10 000; the converter
+//! stored the norms as `1 + w` already (see `weights.rs`). Only F32 / F16 / BF16 tensors load
+//! for now: a quantized tensor is a typed error ([`GgufError::QuantizedTensor`]).
+//!
+//! [`GgufError::QuantizedTensor`]: crate::loading::gguf::GgufError::QuantizedTensor
+
+pub mod config;
+mod layer;
+mod model;
+mod weights;
+
+use std::path::Path;
+
+use mtp_core::Backend;
+
+pub use config::{Gemma3Resolved, Gemma3TextConfig};
+pub use model::Gemma3Target;
+
+use crate::loading::gguf::GgufFile;
+use crate::loading::{
+    read_config_json, ArrayLoader, GgufArrays, LoadError, LoadOptions, LoadResult, StoreStats,
+    TensorProgress, TensorStore,
+};
+
+/// The HF `model_type`s of the Gemma 3 text layout.
+pub const MODEL_TYPES: [&str; 1] = ["gemma3_text"];
+
+fn check_dtype(options: &LoadOptions, path: &Path) -> LoadResult<()> {
+    if options.dtype.is_float() {
+        Ok(())
+    } else {
+        Err(LoadError::UnsupportedFeature {
+            path: path.to_path_buf(),
+            feature: format!("compute dtype {}", options.dtype),
+        })
+    }
+}
+
+/// Read and resolve a Gemma 3 `config.json`.
+pub fn read_config(path: &Path) -> LoadResult<Gemma3Resolved> {
+    let (value, found) = read_config_json(path)?;
+    if !MODEL_TYPES.contains(&found.as_str()) {
+        return Err(LoadError::UnknownModelType {
+            path: path.to_path_buf(),
+            found,
+            expected: MODEL_TYPES.to_vec(),
+        });
+    }
+    let config: Gemma3TextConfig =
+        serde_json::from_value(value).map_err(|e| LoadError::BadJson {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    config.resolve(path)
+}
+
+/// Load a Gemma 3 text model from the HF model directory `dir` (`config.json` +
+/// safetensors), telling `progress` each tensor read.
+pub fn load_safetensors<B: Backend>(
+    backend: &B,
+    dir: &Path,
+    options: &LoadOptions,
+    progress: TensorProgress<'_>,
+) -> LoadResult<(Gemma3Target<B>, StoreStats)> {
+    check_dtype(options, dir)?;
+    let config = read_config(&dir.join("config.json"))?;
+    let mut store = TensorStore::open(dir)?;
+    let model = {
+        let mut loader =
+            ArrayLoader::new(backend, &mut store, options.dtype).with_progress(progress);
+        Gemma3Target::load(&mut loader, config)?
+    };
+    let stats = store.finish()?;
+    Ok((model, stats))
+}
+
+/// Load a Gemma 3 text model from an opened GGUF file (architecture `gemma3`).
+pub fn load_gguf<B: Backend>(
+    backend: &B,
+    file: &GgufFile,
+    options: &LoadOptions,
+    progress: TensorProgress<'_>,
+) -> LoadResult<(Gemma3Target<B>, StoreStats)> {
+    check_dtype(options, file.path())?;
+    let config = config::resolve_gguf(file)?;
+    let mut arrays = GgufArrays::new(backend, file, options.dtype).with_progress(progress);
+    let model = Gemma3Target::load(&mut arrays, config)?;
+    let stats = arrays.finish()?;
+    Ok((model, stats))
+}

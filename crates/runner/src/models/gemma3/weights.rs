@@ -1,0 +1,107 @@
+//! Where Gemma 3's weights come from: an HF safetensors checkpoint ([`ArrayLoader`]) or a GGUF
+//! file ([`GgufArrays`]), both asked for by HF name, so the model is built by one piece of code.
+//!
+//! The two differ in one convention. HF's `Gemma3RMSNorm` scales by `1 + w` (the stored weight
+//! is an offset from 1); llama.cpp's converter adds the 1 when it writes the GGUF
+//! (`conversion/gemma.py`, `Gemma3Model.norm_shift`: every tensor whose name ends in
+//! `norm.weight` gets `+ 1.0`), and llama.cpp then multiplies by the stored value. So
+//! [`WeightSource::norm_scale`] returns `1 + w` from safetensors and the stored value from GGUF:
+//! either way the model multiplies by what HF multiplies by.
+
+use mtp_core::{Backend, DType};
+
+use crate::loading::gguf_names::hf_to_gguf;
+use crate::loading::{ArrayLoader, GgufArrays, LoadError, LoadResult};
+use crate::models::nn::{Embedding, Linear};
+
+/// A source of Gemma 3 weights, by HF tensor name.
+pub(crate) trait WeightSource<B: Backend> {
+    /// The compute dtype.
+    fn dtype(&self) -> DType;
+    /// Whether the source holds tensor `name`.
+    fn contains(&mut self, name: &str) -> bool;
+    /// Projection `name` of shape `[out, inp]`.
+    fn linear(&mut self, name: &str, out: usize, inp: usize) -> LoadResult<Linear<B>>;
+    /// Token table `name` of shape `[vocab, width]`.
+    fn embedding(&mut self, name: &str, vocab: usize, width: usize) -> LoadResult<Embedding<B>>;
+    /// The RMS-norm scale HF multiplies by (`1 + w`) for norm `name` of width `dim`.
+    fn norm_scale(&mut self, name: &str, dim: usize) -> LoadResult<B::Array>;
+    /// Mark `name` as deliberately unused (if present).
+    fn skip(&mut self, name: &str);
+    /// A scalar array of the compute dtype.
+    fn scalar(&mut self, name: &str, value: f32) -> LoadResult<B::Array>;
+}
+
+impl<B: Backend> WeightSource<B> for ArrayLoader<'_, B> {
+    fn dtype(&self) -> DType {
+        ArrayLoader::dtype(self)
+    }
+
+    fn contains(&mut self, name: &str) -> bool {
+        self.store().contains(name)
+    }
+
+    fn linear(&mut self, name: &str, out: usize, inp: usize) -> LoadResult<Linear<B>> {
+        Linear::load(self, name, out, inp)
+    }
+
+    fn embedding(&mut self, name: &str, vocab: usize, width: usize) -> LoadResult<Embedding<B>> {
+        Embedding::load(self, name, vocab, width)
+    }
+
+    fn norm_scale(&mut self, name: &str, dim: usize) -> LoadResult<B::Array> {
+        let offsets = self.host(name, &[dim])?;
+        let scale: Vec<f32> = offsets.iter().map(|w| 1.0 + w).collect();
+        self.from_host(name, &scale, &[dim])
+    }
+
+    fn skip(&mut self, name: &str) {
+        self.store().skip(name);
+    }
+
+    fn scalar(&mut self, name: &str, value: f32) -> LoadResult<B::Array> {
+        ArrayLoader::scalar(self, name, value)
+    }
+}
+
+/// The GGUF name of HF tensor `name` (an error for a name the map does not know: a bug here).
+fn gguf_name(name: &str) -> LoadResult<String> {
+    hf_to_gguf(name).ok_or_else(|| LoadError::MissingTensor {
+        name: format!("{name} (no GGUF name)"),
+        expected: Vec::new(),
+    })
+}
+
+impl<B: Backend> WeightSource<B> for GgufArrays<'_, B> {
+    fn dtype(&self) -> DType {
+        GgufArrays::dtype(self)
+    }
+
+    fn contains(&mut self, name: &str) -> bool {
+        hf_to_gguf(name).is_some_and(|g| GgufArrays::contains(self, &g))
+    }
+
+    /// Dense (F32 / F16 / BF16) for now: a quantized tensor is
+    /// [`GgufError::QuantizedTensor`](crate::loading::gguf::GgufError::QuantizedTensor) until
+    /// quantized GGUF weights are wired into [`Linear`] (here and in `embedding`).
+    fn linear(&mut self, name: &str, out: usize, inp: usize) -> LoadResult<Linear<B>> {
+        let w = self.array(&gguf_name(name)?, &[out, inp])?;
+        Ok(Linear::dense(w, out, inp))
+    }
+
+    fn embedding(&mut self, name: &str, vocab: usize, width: usize) -> LoadResult<Embedding<B>> {
+        let table = self.array(&gguf_name(name)?, &[vocab, width])?;
+        Ok(Embedding::dense(table, vocab, width))
+    }
+
+    /// Stored as `1 + w` by llama.cpp's converter: used as is.
+    fn norm_scale(&mut self, name: &str, dim: usize) -> LoadResult<B::Array> {
+        self.array(&gguf_name(name)?, &[dim])
+    }
+
+    fn skip(&mut self, _name: &str) {}
+
+    fn scalar(&mut self, name: &str, value: f32) -> LoadResult<B::Array> {
+        self.from_host(name, &[value], &[])
+    }
+}

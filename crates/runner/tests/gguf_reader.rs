@@ -1,0 +1,209 @@
+//! The GGUF reader: the converter-made fixture and the real model read as expected, and every kind
+//! of bad file is a clear error (never a panic).
+
+mod gguf_support;
+
+use gguf_support::{fixture, gguf_bytes, real_model, write, Meta, Tensor};
+use mtp_core::reference::ReferenceBackend;
+use runner::loading::gguf::{GgufError, GgufFile};
+use runner::loading::gguf_names::gguf_to_hf;
+use runner::loading::{LoadError, LoadOptions};
+use runner::models::registry::load_target_model;
+
+/// Loading `path` as a target fails: the error.
+fn load_err(path: &std::path::Path) -> LoadError {
+    let loaded = load_target_model(
+        &ReferenceBackend::default(),
+        path,
+        &LoadOptions::default(),
+        &mut |_, _| {},
+    );
+    match loaded {
+        Ok(_) => panic!("{} loaded", path.display()),
+        Err(e) => e,
+    }
+}
+
+fn gguf_error(e: LoadError) -> GgufError {
+    match e {
+        LoadError::Gguf(e) => *e,
+        other => panic!("expected a GGUF error, got {other}"),
+    }
+}
+
+#[test]
+fn converter_fixture_reads_with_our_shapes_and_names() {
+    let file = GgufFile::open(&fixture("gemma3/tiny/model-f32.gguf")).unwrap();
+    assert_eq!(file.version(), 3);
+    assert_eq!(file.architecture().unwrap(), "gemma3");
+    assert_eq!(file.usize("gemma3.block_count").unwrap(), 6);
+    assert_eq!(file.tensors().len(), 6 * 13 + 2);
+    let shape = |n: &str| file.tensor_info(n).unwrap().shape.clone();
+    // GGUF dims are fastest first; ours are [rows, cols] as in safetensors.
+    assert_eq!(shape("token_embd.weight"), vec![400, 32]);
+    assert_eq!(shape("blk.0.attn_k.weight"), vec![16, 32]);
+    assert_eq!(shape("blk.0.ffn_down.weight"), vec![32, 48]);
+    assert_eq!(shape("blk.5.attn_q_norm.weight"), vec![16]);
+    for (name, info) in file.tensors() {
+        assert!(gguf_to_hf(name).is_some(), "{name} has no HF name");
+        let raw = file.raw(name).unwrap();
+        assert_eq!(raw.ggml_type.name, "F32");
+        assert_eq!(raw.bytes.len(), info.shape.iter().product::<usize>() * 4);
+    }
+    let f16 = GgufFile::open(&fixture("gemma3/tiny/model-f16.gguf")).unwrap();
+    let q = f16.raw("blk.0.attn_q.weight").unwrap();
+    assert_eq!(
+        (q.ggml_type.id, q.ggml_type.name, q.bytes.len()),
+        (1, "F16", 32 * 32 * 2)
+    );
+}
+
+#[test]
+fn real_model_tensor_types_and_quantized_error() {
+    let Some(path) = real_model("real_model_tensor_types_and_quantized_error") else {
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    assert_eq!(file.tensors().len(), 236);
+    let embd = file.raw("token_embd.weight").unwrap();
+    assert_eq!(embd.shape, &[262_144, 640]);
+    assert_eq!((embd.ggml_type.id, embd.ggml_type.name), (8, "Q8_0"));
+    assert_eq!(embd.bytes.len(), 262_144 * 640 / 32 * 34);
+    let mut types: Vec<&str> = file.tensors().values().map(|t| t.ggml_type.name).collect();
+    types.sort_unstable();
+    types.dedup();
+    assert_eq!(types, ["F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"]);
+    // Until quantized weights are wired into the models, loading says so, by tensor and type.
+    let err = load_err(&path);
+    match gguf_error(err) {
+        GgufError::QuantizedTensor { type_name, .. } => assert_eq!(type_name, "Q8_0"),
+        other => panic!("{other}"),
+    }
+}
+
+/// A small valid gemma3-shaped file: metadata and two F32 tensors.
+fn small(version: u32, arch: &str, tensors: &[Tensor]) -> Vec<u8> {
+    gguf_bytes(
+        version,
+        &[
+            ("general.architecture", Meta::Str(arch.into())),
+            ("general.alignment", Meta::U32(32)),
+        ],
+        tensors,
+    )
+}
+
+fn two_tensors() -> Vec<Tensor> {
+    vec![
+        Tensor::f32("a.weight", &[4, 8], &[0.5; 32]),
+        Tensor::f32("b.weight", &[8], &[1.0; 8]),
+    ]
+}
+
+#[test]
+fn hand_built_file_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "ok.gguf", &small(2, "gemma3", &two_tensors()));
+    let file = GgufFile::open(&path).unwrap();
+    assert_eq!(file.version(), 2);
+    let a = file.raw("a.weight").unwrap();
+    assert_eq!(a.shape, &[4, 8]);
+    assert_eq!(&a.bytes[..4], &0.5f32.to_le_bytes());
+    assert_eq!(file.raw("b.weight").unwrap().bytes.len(), 32);
+    assert!(file.raw("c.weight").is_none());
+}
+
+fn open_err(bytes: &[u8]) -> GgufError {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "bad.gguf", bytes);
+    gguf_error(GgufFile::open(&path).unwrap_err())
+}
+
+#[test]
+fn truncated_files_are_errors() {
+    let full = small(3, "gemma3", &two_tensors());
+    // Cut inside the data: the header parses, a tensor reaches past the end.
+    match open_err(&full[..full.len() - 16]) {
+        GgufError::Truncated { name, .. } => assert_eq!(name, "b.weight"),
+        other => panic!("{other}"),
+    }
+    // Cut inside the header.
+    for cut in [3, 10, 30, 60] {
+        let err = open_err(&full[..cut]);
+        assert!(
+            matches!(err, GgufError::Malformed { .. }),
+            "cut {cut}: {err}"
+        );
+    }
+    let err = open_err(b"not a gguf file at all, just some text");
+    assert!(matches!(err, GgufError::Malformed { .. }), "{err}");
+}
+
+#[test]
+fn unknown_ggml_type_is_an_error() {
+    let mut tensors = two_tensors();
+    tensors[0].ggml_type = 20; // IQ4_NL: not a type the reader knows
+    let err = open_err(&small(3, "gemma3", &tensors));
+    assert!(matches!(err, GgufError::UnknownGgmlType { .. }), "{err}");
+    assert!(err.to_string().contains("20"), "{err}");
+}
+
+#[test]
+fn tensor_bytes_that_do_not_match_the_shape_are_errors() {
+    // A shape that needs more bytes than lie before the next tensor.
+    let mut tensors = two_tensors();
+    tensors[1] = Tensor::f32("b.weight", &[64], &[1.0; 64]);
+    tensors[0].dims = vec![8, 8];
+    let err = open_err(&small(3, "gemma3", &tensors));
+    match &err {
+        GgufError::BadTensor { name, .. } => assert_eq!(name, "a.weight"),
+        other => panic!("{other}"),
+    }
+    // Rows that are not whole blocks: 8 columns of Q4_K (blocks of 256).
+    let mut tensors = two_tensors();
+    tensors[0].ggml_type = 12;
+    let err = open_err(&small(3, "gemma3", &tensors));
+    assert!(matches!(err, GgufError::BadTensor { .. }), "{err}");
+    assert!(err.to_string().contains("Q4_K"), "{err}");
+}
+
+#[test]
+fn gguf_v1_is_unsupported() {
+    // v1 lengths are u32; candle parses it, this reader refuses it by version.
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend(1u32.to_le_bytes());
+    bytes.extend(0u32.to_le_bytes());
+    bytes.extend(0u32.to_le_bytes());
+    let err = open_err(&bytes);
+    assert!(
+        matches!(err, GgufError::UnsupportedVersion { version: 1, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn unsupported_architecture_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "llama.gguf", &small(3, "llama", &two_tensors()));
+    let err = load_err(&path);
+    match gguf_error(err) {
+        GgufError::UnsupportedArchitecture {
+            found, supported, ..
+        } => {
+            assert_eq!(found, "llama");
+            assert_eq!(supported, ["gemma3"]);
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn missing_metadata_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "bare.gguf", &small(3, "gemma3", &two_tensors()));
+    let err = load_err(&path);
+    match gguf_error(err) {
+        GgufError::MissingKey { key, .. } => assert_eq!(key, "gemma3.block_count"),
+        other => panic!("{other}"),
+    }
+}
