@@ -20,7 +20,8 @@
 //! llama.cpp ignores `query_pre_attn_scalar` (it uses `head_dim`, or `hidden / heads` for the
 //! 62-layer 27B), defaults the sliding pattern to 6 and the local base to 10 000; the converter
 //! stored the norms as `1 + w` already (see `weights.rs`). Only F32 / F16 / BF16 tensors load
-//! for now: a quantized tensor is a typed error ([`GgufError::QuantizedTensor`]).
+//! for now: a quantized tensor is a typed error ([`GgufError::QuantizedTensor`]), unless the
+//! caller passes a dequantizer to [`load_gguf_with`] (the real-model test does, with candle's).
 //!
 //! [`GgufError::QuantizedTensor`]: crate::loading::gguf::GgufError::QuantizedTensor
 
@@ -38,8 +39,8 @@ pub use model::Gemma3Target;
 
 use crate::loading::gguf::GgufFile;
 use crate::loading::{
-    read_config_json, ArrayLoader, GgufArrays, LoadError, LoadOptions, LoadResult, StoreStats,
-    TensorProgress, TensorStore,
+    read_config_json, ArrayLoader, Dequantize, GgufArrays, LoadError, LoadOptions, LoadResult,
+    StoreStats, TensorProgress, TensorStore,
 };
 
 /// The HF `model_type`s of the Gemma 3 text layout.
@@ -101,9 +102,23 @@ pub fn load_gguf<B: Backend>(
     options: &LoadOptions,
     progress: TensorProgress<'_>,
 ) -> LoadResult<(Gemma3Target<B>, StoreStats)> {
+    load_gguf_with(backend, file, options, progress, None)
+}
+
+/// [`load_gguf`], quantized tensors loaded densely through `dequantize` when given.
+pub fn load_gguf_with<B: Backend>(
+    backend: &B,
+    file: &GgufFile,
+    options: &LoadOptions,
+    progress: TensorProgress<'_>,
+    dequantize: Option<Dequantize<'_>>,
+) -> LoadResult<(Gemma3Target<B>, StoreStats)> {
     check_dtype(options, file.path())?;
     let config = config::resolve_gguf(file)?;
     let mut arrays = GgufArrays::new(backend, file, options.dtype).with_progress(progress);
+    if let Some(dequantize) = dequantize {
+        arrays = arrays.with_dequantize(dequantize);
+    }
     let model = Gemma3Target::load(&mut arrays, config)?;
     let stats = arrays.finish()?;
     Ok((model, stats))
