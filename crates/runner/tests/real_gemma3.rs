@@ -80,7 +80,7 @@ fn load(b: &CandleBackend, path: &std::path::Path) -> Gemma3Target<CandleBackend
 fn prompt_count(total: usize) -> usize {
     match std::env::var("MTP_REAL_PROMPTS").as_deref() {
         Ok("all") => total,
-        _ => 3.min(total),
+        _ => 2.min(total),
     }
 }
 
