@@ -48,12 +48,23 @@ impl Backend for Broken {
     type Device = HostDevice;
     type Array = HostArray;
     type Error = CoreError;
+    type QuantWeight = std::sync::Arc<mtp_core::quant::QuantTensor>;
 
     fn name(&self) -> String {
         format!("broken({:?})", self.flaw)
     }
     fn device(&self) -> &HostDevice {
         self.inner.device()
+    }
+    fn quant_weight(
+        &self,
+        tensor: std::sync::Arc<mtp_core::quant::QuantTensor>,
+        dtype: DType,
+    ) -> Result<Self::QuantWeight, CoreError> {
+        self.inner.quant_weight(tensor, dtype)
+    }
+    fn quant_source<'w>(&self, w: &'w Self::QuantWeight) -> &'w mtp_core::quant::QuantTensor {
+        w
     }
     fn from_f32(
         &self,

@@ -56,12 +56,19 @@ mod error;
 mod experts;
 mod fused;
 mod ops;
+mod quantized;
+#[cfg(test)]
+mod quantized_tests;
 #[cfg(test)]
 mod tests;
 
 pub use error::{CandleError, Result};
+pub use quantized::CandleQuantWeight;
+
+use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
+use mtp_core::quant::QuantTensor;
 use mtp_core::{Backend, BinaryOp, CompareOp, DType, ReduceOp, SortOrder, UnaryOp};
 
 /// The candle backend: a handle on one candle [`Device`].
@@ -106,6 +113,7 @@ impl Backend for CandleBackend {
     type Device = Device;
     type Array = Tensor;
     type Error = CandleError;
+    type QuantWeight = CandleQuantWeight;
 
     fn name(&self) -> String {
         device::name(&self.device)
@@ -113,6 +121,25 @@ impl Backend for CandleBackend {
 
     fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// GGUF blocks become a candle `QMatMul` on this device; affine weights a dense tensor.
+    fn quant_weight(&self, tensor: Arc<QuantTensor>, dtype: DType) -> Result<CandleQuantWeight> {
+        quantized::prepare(&self.device, tensor, dtype)
+    }
+
+    fn quant_source<'w>(&self, w: &'w CandleQuantWeight) -> &'w QuantTensor {
+        w.source()
+    }
+
+    /// candle's quantized matmul (`QMatMul::forward`).
+    fn quant_linear(&self, x: &Tensor, w: &CandleQuantWeight) -> Result<Tensor> {
+        w.linear(x)
+    }
+
+    /// candle's quantized row lookup (`QMatMul::embedding`: only the rows asked for are decoded).
+    fn quant_embedding(&self, w: &CandleQuantWeight, ids: &Tensor, dtype: DType) -> Result<Tensor> {
+        w.rows(ids, dtype)
     }
 
     fn from_f32(&self, data: &[f32], shape: &[usize], dtype: DType) -> Result<Tensor> {

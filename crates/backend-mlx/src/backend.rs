@@ -1,6 +1,9 @@
 //! [`MlxBackend`]: the handle and its `impl Backend`, delegating to `ops` and `fused`.
 
+use std::sync::Arc;
+
 use mlx_rs::Array;
+use mtp_core::quant::QuantTensor;
 use mtp_core::{
     AttentionMask, Backend, BinaryOp, CompareOp, DType, Execution, ReduceOp, SortOrder, UnaryOp,
 };
@@ -8,6 +11,7 @@ use mtp_core::{
 use crate::convert::{nearest_dtype, shape_of};
 use crate::device::MlxDevice;
 use crate::error::Result;
+use crate::quantized::{self, MlxQuantWeight};
 use crate::{fused, ops};
 
 /// The MLX backend: a handle on one [`MlxDevice`] (the CPU, or the GPU on macOS).
@@ -49,6 +53,7 @@ impl Backend for MlxBackend {
     type Device = MlxDevice;
     type Array = Array;
     type Error = crate::MlxError;
+    type QuantWeight = MlxQuantWeight;
 
     /// `mlx-cpu` or `mlx-metal`.
     fn name(&self) -> String {
@@ -57,6 +62,26 @@ impl Backend for MlxBackend {
 
     fn device(&self) -> &MlxDevice {
         &self.device
+    }
+
+    /// Affine weights (and GGUF Q4_0 / Q4_1 / Q8_0, re-expressed as affine) for MLX's
+    /// `quantized_matmul`; other GGUF types dequantized to the compute dtype.
+    fn quant_weight(&self, tensor: Arc<QuantTensor>, dtype: DType) -> Result<MlxQuantWeight> {
+        quantized::prepare(tensor, dtype)
+    }
+
+    fn quant_source<'w>(&self, w: &'w MlxQuantWeight) -> &'w QuantTensor {
+        w.source()
+    }
+
+    /// MLX's `quantized_matmul` (transposed weight).
+    fn quant_linear(&self, x: &Array, w: &MlxQuantWeight) -> Result<Array> {
+        w.linear(x)
+    }
+
+    /// The packed rows gathered on the device, then `dequantize`d (no host read).
+    fn quant_embedding(&self, w: &MlxQuantWeight, ids: &Array, dtype: DType) -> Result<Array> {
+        w.rows(ids, dtype)
     }
 
     fn from_f32(&self, data: &[f32], shape: &[usize], dtype: DType) -> Result<Array> {

@@ -59,6 +59,8 @@ mod fused;
 mod mlx_tests;
 #[cfg(feature = "mlx")]
 mod ops;
+#[cfg(feature = "mlx")]
+mod quantized;
 
 #[cfg(feature = "mlx")]
 pub use backend::MlxBackend;
@@ -68,3 +70,5 @@ pub use device::MlxDevice;
 pub use error::{MlxError, Result};
 #[cfg(feature = "mlx")]
 pub use mlx_rs;
+#[cfg(feature = "mlx")]
+pub use quantized::MlxQuantWeight;

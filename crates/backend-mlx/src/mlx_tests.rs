@@ -68,3 +68,83 @@ fn integer_division_truncates_and_rejects_zero() -> crate::Result<()> {
     assert!(b.div(&a, &z).is_err());
     Ok(())
 }
+
+/// MLX's quantized kernels against mtp-core's exact decoders (the reference backend).
+mod quantized {
+    use std::sync::Arc;
+
+    use mtp_core::quant::{AffineParams, GgmlType, QuantScheme, QuantTensor};
+    use mtp_core::reference::ReferenceBackend;
+    use mtp_core::{Backend, DType};
+
+    use crate::MlxBackend;
+
+    fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-12);
+        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+    }
+
+    fn weights(n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0)
+            .collect()
+    }
+
+    fn tensors() -> Vec<(&'static str, QuantTensor)> {
+        let (rows, cols) = (8, 256);
+        let w = weights(rows * cols);
+        let q4 = QuantScheme::Q4.quantize(&w, rows, cols).unwrap();
+        let q8 = QuantScheme::Q8.quantize(&w, rows, cols).unwrap();
+        let params = AffineParams::new(4, 64).unwrap();
+        let words: Vec<u32> = (0..rows * cols / 8)
+            .map(|i| 0x9e37_79b9u32.wrapping_mul(i as u32 + 1))
+            .collect();
+        let scales: Vec<f32> = (0..rows * cols / 64)
+            .map(|i| 0.01 + i as f32 * 1e-3)
+            .collect();
+        let biases: Vec<f32> = (0..rows * cols / 64)
+            .map(|i| -0.05 + i as f32 * 2e-3)
+            .collect();
+        let affine = QuantTensor::affine(params, rows, cols, &words, scales, biases).unwrap();
+        // A K-quant: dequantized at load on MLX.
+        let mut q6 = vec![0u8; rows * GgmlType::Q6K.block_bytes()];
+        for (i, b) in q6.iter_mut().enumerate() {
+            *b = (i * 31 % 251) as u8;
+        }
+        for r in 0..rows {
+            let at = r * 210 + 208;
+            q6[at..at + 2].copy_from_slice(&[0x1f, 0x21]); // f16 0.01
+        }
+        let q6 = QuantTensor::ggml(GgmlType::Q6K, rows, cols, q6).unwrap();
+        vec![
+            ("q4_0", q4),
+            ("q8_0", q8),
+            ("affine4", affine),
+            ("q6_k", q6),
+        ]
+    }
+
+    #[test]
+    fn quantized_matmul_and_rows_match_the_oracle() -> crate::Result<()> {
+        let (mb, rb) = (MlxBackend::cpu(), ReferenceBackend::new());
+        let x = weights(3 * 256);
+        for (tag, t) in tensors() {
+            let t = Arc::new(t);
+            let mw = mb.quant_weight(t.clone(), DType::F32)?;
+            assert_eq!(mw.uses_quantized_kernel(), tag != "q6_k", "{tag}");
+            let got =
+                mb.to_vec_f32(&mb.quant_linear(&mb.from_f32(&x, &[1, 3, 256], DType::F32)?, &mw)?)?;
+            let rw = rb.quant_weight(t.clone(), DType::F32).unwrap();
+            let xr = rb.from_f32(&x, &[1, 3, 256], DType::F32).unwrap();
+            let want = rb.to_vec_f32(&rb.quant_linear(&xr, &rw).unwrap()).unwrap();
+            let err = rel_err(&got, &want);
+            eprintln!("{tag}: MLX quantized_matmul vs dequantized oracle, rel err {err:.2e}");
+            assert!(err < 1e-5, "{tag}: {err}");
+            let ids = mb.from_u32(&[5, 0, 7], &[1, 3])?;
+            let rows = mb.to_vec_f32(&mb.quant_embedding(&mw, &ids, DType::F32)?)?;
+            let want_rows = t.dequantize_rows(&[5, 0, 7]).unwrap();
+            assert!(rel_err(&rows, &want_rows) < 1e-6, "{tag}: rows");
+        }
+        Ok(())
+    }
+}

@@ -12,6 +12,11 @@
 //!   [`Backend::rope`], [`Backend::attention`], [`Backend::top_k`], [`Backend::gelu_tanh`]): they
 //!   have portable default bodies written with the required ops, so *adding a kernel* means
 //!   overriding one method and running the conformance suite against the reference backend;
+//! * **quantized weights** ([`Backend::quant_weight`], [`Backend::quant_linear`],
+//!   [`Backend::quant_embedding`]): a backend prepares a host [`QuantTensor`] in its own
+//!   representation ([`Backend::QuantWeight`]); the default matmul and row lookup dequantize with
+//!   mtp-core's exact decoders, so the reference backend is the oracle and a quantized kernel is
+//!   one override;
 //! * **hooks** for lazy or asynchronous backends ([`Backend::eval`], [`Backend::async_eval`]) and
 //!   for in-place caches ([`Backend::write_slice`], [`Backend::deep_copy`]), no-ops or functional
 //!   defaults on eager backends.
@@ -29,6 +34,9 @@
 //! The trait asks for no `Sync` on arrays: MLX arrays must stay on one thread. Engines and models
 //! take `&B` and never send arrays across threads.
 
+use std::sync::Arc;
+
+use crate::quant::QuantTensor;
 use crate::{CoreError, DType};
 
 /// Elementwise binary operations (broadcasting).
@@ -397,6 +405,11 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
     type Array: Clone + std::fmt::Debug + 'static;
     /// The backend's error; backend-neutral code reports its own problems as [`CoreError`].
     type Error: std::error::Error + Send + Sync + 'static + From<CoreError>;
+    /// A quantized weight prepared for this backend's kernels (by [`quant_weight`](Self::quant_weight)).
+    /// It keeps the host [`QuantTensor`] it came from ([`quant_source`](Self::quant_source)),
+    /// which the portable defaults decode. Backends without quantized kernels use
+    /// `Arc<QuantTensor>` itself.
+    type QuantWeight: Clone + std::fmt::Debug + 'static;
 
     /// A short name for logs and reports ("reference", "candle-cpu", ...).
     fn name(&self) -> String;
@@ -537,6 +550,59 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
     /// Matrix product over the last two axes, broadcasting leading axes:
     /// `[.., m, k] x [.., k, n] -> [.., m, n]`.
     fn matmul(&self, a: &Self::Array, b: &Self::Array) -> Result<Self::Array, Self::Error>;
+
+    // ------------------------------------------------------------------ quantized weights
+
+    /// Prepare the quantized `tensor` (`[rows, cols]`) for [`quant_linear`](Self::quant_linear)
+    /// and [`quant_embedding`](Self::quant_embedding) with activations of the compute `dtype`:
+    /// upload its blocks for a kernel, re-express them in a format the backend's kernels take,
+    /// or keep the host tensor (the portable choice).
+    fn quant_weight(
+        &self,
+        tensor: Arc<QuantTensor>,
+        dtype: DType,
+    ) -> Result<Self::QuantWeight, Self::Error>;
+
+    /// The host tensor a prepared weight was made from.
+    fn quant_source<'w>(&self, w: &'w Self::QuantWeight) -> &'w QuantTensor;
+
+    /// `x @ Wᵀ` for a quantized weight `W` (`[out, in]`; `x` is `[.., in]`), in `x`'s dtype.
+    ///
+    /// The default dequantizes `W` exactly ([`QuantTensor::dequantize`]) and calls
+    /// [`linear`](Self::linear): the oracle every quantized kernel is compared with. Backends
+    /// override it with their kernels.
+    fn quant_linear(
+        &self,
+        x: &Self::Array,
+        w: &Self::QuantWeight,
+    ) -> Result<Self::Array, Self::Error> {
+        let t = self.quant_source(w);
+        let dense = self.from_f32(&t.dequantize(), &t.shape(), self.dtype(x))?;
+        self.linear(x, &dense)
+    }
+
+    /// Rows of a quantized table `W` (`[rows, cols]`) picked by integer `ids` of any shape, as
+    /// `dtype`: `ids.shape ++ [cols]`. Only the requested rows are decoded.
+    ///
+    /// The default reads `ids` on the host (a sync point) and decodes those rows with
+    /// [`QuantTensor::dequantize_rows`]; an out-of-range id is an error.
+    fn quant_embedding(
+        &self,
+        w: &Self::QuantWeight,
+        ids: &Self::Array,
+        dtype: DType,
+    ) -> Result<Self::Array, Self::Error> {
+        let t = self.quant_source(w);
+        let mut shape = self.shape(ids);
+        let rows: Vec<usize> = self
+            .to_vec_u32(ids)?
+            .into_iter()
+            .map(|i| i as usize)
+            .collect();
+        let values = t.dequantize_rows(&rows).map_err(CoreError::from)?;
+        shape.push(t.cols());
+        self.from_f32(&values, &shape, dtype)
+    }
 
     // ------------------------------------------------------------------ hooks
 

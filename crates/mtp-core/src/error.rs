@@ -60,6 +60,10 @@ pub enum CoreError {
         message: String,
     },
 
+    /// A quantized tensor or format that cannot be used.
+    #[error(transparent)]
+    Quant(#[from] crate::quant::QuantError),
+
     // ----- caches -----
     /// A cache operation was called in the wrong state (e.g. commit without begin).
     #[error("cache: {0}")]

@@ -9,6 +9,8 @@
 //!   (begin → write → commit(n)), isolated forks and read-only views;
 //! * [`model`] — the target and MTP drafter traits that models implement once over a backend;
 //! * [`proposer`] — where drafts come from: an MTP head chain, n-gram prompt lookup;
+//! * [`quant`] — quantized weights: GGUF block formats and MLX affine groups, their exact
+//!   dequantization, and the load-time quantizer;
 //! * [`sampling`] — the sampler (temperature, top-k, top-p, min-p, penalties, seed) whose
 //!   speculative calls never mutate state;
 //! * [`acceptance`] — the verification rules of speculative decoding as pure functions;
@@ -30,6 +32,7 @@ mod error;
 pub mod model;
 pub mod options;
 pub mod proposer;
+pub mod quant;
 pub mod reference;
 pub mod sampling;
 pub mod schedule;

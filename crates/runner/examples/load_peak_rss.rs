@@ -43,7 +43,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let before = status_kib("VmRSS:").unwrap_or(0);
     let backend = CandleBackend::cpu();
-    let (_model, report) = load_target_with_report(&backend, &dir, &LoadOptions { dtype })?;
+    let (_model, report) =
+        load_target_with_report(&backend, &dir, &LoadOptions::with_dtype(dtype))?;
     let peak = status_kib("VmHWM:").unwrap_or(0);
     let mib = |kib: u64| kib as f64 / 1024.0;
     let files = weight_bytes(&dir)? as f64 / (1024.0 * 1024.0);

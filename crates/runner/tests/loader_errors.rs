@@ -355,7 +355,7 @@ fn half_precision_weights_and_compute_dtypes() {
             }
         });
         for compute in [DType::F32, DType::BF16] {
-            let options = LoadOptions { dtype: compute };
+            let options = LoadOptions::with_dtype(compute);
             let target = load_target(&b, &dir, &options).expect("half weights load");
             let mut caches = target.new_caches(&b).unwrap();
             let out = target
@@ -374,7 +374,7 @@ fn half_precision_weights_and_compute_dtypes() {
             assert!(err < allowed, "{dtype:?}/{compute}: {err}");
         }
     }
-    let e = load_target(&b, &s.target, &LoadOptions { dtype: DType::U32 }).unwrap_err();
+    let e = load_target(&b, &s.target, &LoadOptions::with_dtype(DType::U32)).unwrap_err();
     assert!(matches!(e, LoadError::UnsupportedFeature { .. }), "{e}");
 }
 

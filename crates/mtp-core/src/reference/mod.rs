@@ -34,6 +34,9 @@ mod tests;
 
 pub use array::HostArray;
 
+use std::sync::Arc;
+
+use crate::quant::QuantTensor;
 use crate::{Backend, BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp};
 
 /// The host "device" of the [`ReferenceBackend`] (there is only one).
@@ -57,6 +60,7 @@ impl Backend for ReferenceBackend {
     type Device = HostDevice;
     type Array = HostArray;
     type Error = CoreError;
+    type QuantWeight = Arc<QuantTensor>;
 
     fn name(&self) -> String {
         "reference".to_string()
@@ -64,6 +68,18 @@ impl Backend for ReferenceBackend {
 
     fn device(&self) -> &HostDevice {
         &self.device
+    }
+
+    fn quant_weight(
+        &self,
+        tensor: Arc<QuantTensor>,
+        _dtype: DType,
+    ) -> Result<Arc<QuantTensor>, CoreError> {
+        Ok(tensor)
+    }
+
+    fn quant_source<'w>(&self, w: &'w Arc<QuantTensor>) -> &'w QuantTensor {
+        w
     }
 
     fn from_f32(

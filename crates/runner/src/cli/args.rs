@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mtp_core::options::{DraftOverrides, ValidationMode, MAX_DRAFT_TOKENS_LIMIT};
+use mtp_core::quant::QuantScheme;
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::DType;
@@ -136,6 +137,25 @@ impl DTypeChoice {
     }
 }
 
+/// Quantization of dense weights at load (`--quantize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QuantizeChoice {
+    /// 8 bits per weight: GGUF Q8_0 blocks (32 weights per f16 scale).
+    Q8,
+    /// 4 bits per weight: GGUF Q4_0 blocks (32 weights per f16 scale).
+    Q4,
+}
+
+impl QuantizeChoice {
+    /// The shared quantizer's scheme.
+    pub fn scheme(self) -> QuantScheme {
+        match self {
+            QuantizeChoice::Q8 => QuantScheme::Q8,
+            QuantizeChoice::Q4 => QuantScheme::Q4,
+        }
+    }
+}
+
 /// Model, backend and device.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Model")]
@@ -169,6 +189,12 @@ pub struct ModelArgs {
     /// Load even when the weights and KV cache need more memory than is available.
     #[arg(long)]
     pub ignore_memory_limit: bool,
+    /// Quantize the dense projection and embedding weights at load, as ollama does at import:
+    /// q8 (GGUF Q8_0) or q4 (GGUF Q4_0). candle computes with its quantized kernels, MLX with
+    /// affine groups of 32, the reference backend by exact dequantization. Weights a checkpoint
+    /// already stores quantized stay as stored; MoE expert tensors stay dense.
+    #[arg(long, value_enum, value_name = "SCHEME")]
+    pub quantize: Option<QuantizeChoice>,
 }
 
 /// Sampling options. Unset temperature / top-k / top-p come from the model's

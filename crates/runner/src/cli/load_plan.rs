@@ -21,6 +21,10 @@ pub fn prepare_load<B: Backend>(
 ) -> anyhow::Result<LoadOptions> {
     // An unreadable directory is reported by the load itself, with its context: `auto` then
     // falls back to what the backend computes f32 weights in.
+    let options = |dtype| LoadOptions {
+        dtype,
+        quantize: args.quantize.map(|q| q.scheme()),
+    };
     let dtype = match args.dtype.fixed() {
         Some(dtype) => dtype,
         None => auto_dtype(backend, &paths.target)
@@ -29,7 +33,7 @@ pub fn prepare_load<B: Backend>(
     let Ok(estimate) = estimate_memory(&paths.target, paths.drafter.as_deref(), dtype, context)
     else {
         // The load itself reports what is wrong with the directory, with its context.
-        return Ok(LoadOptions { dtype });
+        return Ok(options(dtype));
     };
     let needed = estimate.total();
     let available = available_memory();
@@ -54,5 +58,5 @@ pub fn prepare_load<B: Backend>(
             );
         }
     }
-    Ok(LoadOptions { dtype })
+    Ok(options(dtype))
 }

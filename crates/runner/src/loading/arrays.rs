@@ -1,8 +1,12 @@
 //! Turning stored tensors into backend arrays of the compute dtype.
 
+use std::sync::Arc;
+
+use mtp_core::quant::{QuantScheme, QuantTensor};
 use mtp_core::{Backend, DType};
 
 use super::error::{LoadError, LoadResult};
+use super::quantized::{unquantizable, MlxQuantization};
 use super::tensors::TensorStore;
 
 /// Told `(tensors done, tensors in the files)` after each tensor an [`ArrayLoader`] reads.
@@ -14,6 +18,12 @@ pub struct ArrayLoader<'a, B: Backend> {
     store: &'a mut TensorStore,
     dtype: DType,
     progress: Option<TensorProgress<'a>>,
+    /// The checkpoint's MLX affine quantization, if it has one.
+    mlx: Option<MlxQuantization>,
+    /// Quantize dense matrices at load.
+    quantize: Option<QuantScheme>,
+    /// Whether a matrix `quantize` could not take was reported already.
+    told_dense: bool,
 }
 
 impl<B: Backend> std::fmt::Debug for ArrayLoader<'_, B> {
@@ -21,6 +31,8 @@ impl<B: Backend> std::fmt::Debug for ArrayLoader<'_, B> {
         f.debug_struct("ArrayLoader")
             .field("store", &self.store)
             .field("dtype", &self.dtype)
+            .field("mlx", &self.mlx)
+            .field("quantize", &self.quantize)
             .finish()
     }
 }
@@ -33,7 +45,22 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
             store,
             dtype,
             progress: None,
+            mlx: None,
+            quantize: None,
+            told_dense: false,
         }
+    }
+
+    /// Read MLX affine quantized matrices (`weight` + `scales` + `biases`) as `mlx` describes.
+    pub fn with_mlx_quantization(mut self, mlx: Option<MlxQuantization>) -> Self {
+        self.mlx = mlx;
+        self
+    }
+
+    /// Quantize dense matrices to `scheme` as they load (`--quantize`).
+    pub fn with_quantize(mut self, scheme: Option<QuantScheme>) -> Self {
+        self.quantize = scheme;
+        self
     }
 
     /// Report each tensor read to `progress` (for a progress bar).
@@ -74,6 +101,72 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
             progress(self.store.taken(), self.store.len());
         }
         Ok(array)
+    }
+
+    /// Matrix `name` (`[rows, cols]`) as a quantized weight of the backend, when it is one: an
+    /// MLX affine matrix (its `scales` and `biases` beside it), or a dense one quantized at load
+    /// under [`with_quantize`](Self::with_quantize). `None`: load it dense with
+    /// [`array`](Self::array).
+    pub fn quantized(
+        &mut self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> LoadResult<Option<B::QuantWeight>> {
+        let module = name.strip_suffix(".weight").unwrap_or(name);
+        let (scales, biases) = (format!("{module}.scales"), format!("{module}.biases"));
+        let tensor = if self.store.contains(&scales) {
+            let Some(params) = self.mlx.as_ref().and_then(|m| m.params_for(module)) else {
+                return Err(LoadError::InvalidTensor {
+                    name: scales,
+                    reason: "quantization scales, but config.json's `quantization` does not \
+                             quantize this module"
+                        .into(),
+                });
+            };
+            let invalid = |reason: String| LoadError::InvalidTensor {
+                name: name.to_string(),
+                reason,
+            };
+            let (per_row, groups) = params
+                .row_layout(rows, cols)
+                .map_err(|e| invalid(e.to_string()))?;
+            let words = self.store.take_u32(name, &[rows, per_row])?;
+            let s = self.store.take_f32(&scales, &[rows, groups])?;
+            let b = self.store.take_f32(&biases, &[rows, groups])?;
+            QuantTensor::affine(params, rows, cols, &words, s, b)
+                .map_err(|e| invalid(e.to_string()))?
+        } else if let Some(scheme) = self.quantize {
+            let block = scheme.ggml_type().block_size();
+            if cols % block != 0 {
+                if !self.told_dense {
+                    tracing::warn!("--quantize {scheme}: {}", unquantizable(name, cols, block));
+                    self.told_dense = true;
+                }
+                return Ok(None);
+            }
+            let values = self.store.take_f32(name, &[rows, cols])?;
+            scheme
+                .quantize(&values, rows, cols)
+                .map_err(|e| LoadError::InvalidTensor {
+                    name: name.to_string(),
+                    reason: e.to_string(),
+                })?
+        } else {
+            return Ok(None);
+        };
+        self.store.release(name);
+        let weight = self
+            .backend
+            .quant_weight(Arc::new(tensor), self.dtype)
+            .map_err(|e| LoadError::Backend {
+                name: name.to_string(),
+                reason: e.to_string(),
+            })?;
+        if let Some(progress) = self.progress.as_mut() {
+            progress(self.store.taken(), self.store.len());
+        }
+        Ok(Some(weight))
     }
 
     /// Tensor `name` of shape `shape`, as host `f32` values.

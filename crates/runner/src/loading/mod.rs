@@ -28,10 +28,12 @@ mod gguf_arrays;
 pub mod gguf_names;
 mod layout;
 mod plan;
+mod quantized;
 pub mod tensors;
 
 use std::path::Path;
 
+use mtp_core::quant::QuantScheme;
 use mtp_core::{Backend, DType};
 
 pub use arrays::{ArrayLoader, TensorProgress};
@@ -43,6 +45,7 @@ pub use error::{LoadError, LoadResult};
 pub use gguf_arrays::{Dequantize, GgufArrays};
 pub use layout::{TextLayout, TOWER_MODULES};
 pub use plan::{auto_dtype, available_memory, estimate_memory, MemoryEstimate};
+pub use quantized::MlxQuantization;
 pub use tensors::{StoreStats, TensorStore};
 
 use crate::models::{Gemma4Assistant, Gemma4Target};
@@ -52,12 +55,42 @@ use crate::models::{Gemma4Assistant, Gemma4Target};
 pub struct LoadOptions {
     /// The dtype weights are converted to and computed in (default `F32`).
     pub dtype: DType,
+    /// Quantize the dense matrices (projections, embedding tables) at load (`--quantize`;
+    /// default `None`). Matrices a checkpoint stores quantized stay as stored.
+    pub quantize: Option<QuantScheme>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { dtype: DType::F32 }
+        Self {
+            dtype: DType::F32,
+            quantize: None,
+        }
     }
+}
+
+impl LoadOptions {
+    /// Options computing in `dtype`, without quantization.
+    pub fn with_dtype(dtype: DType) -> Self {
+        Self {
+            dtype,
+            ..Self::default()
+        }
+    }
+}
+
+/// An [`ArrayLoader`] for the directory `dir` under `options`: its compute dtype, the MLX
+/// quantization its `config.json` declares, and `--quantize`.
+fn loader_for<'a, B: Backend>(
+    backend: &'a B,
+    store: &'a mut TensorStore,
+    dir: &Path,
+    options: &LoadOptions,
+) -> LoadResult<ArrayLoader<'a, B>> {
+    let mlx = MlxQuantization::read(&dir.join("config.json"))?;
+    Ok(ArrayLoader::new(backend, store, options.dtype)
+        .with_mlx_quantization(mlx)
+        .with_quantize(options.quantize))
 }
 
 fn check_dtype(options: &LoadOptions, dir: &Path) -> LoadResult<()> {
@@ -114,8 +147,7 @@ pub fn load_target_reporting<B: Backend>(
     let layout = TextLayout::find(&store)?;
     let towers = layout.skip_towers(&mut store);
     let model = {
-        let mut loader =
-            ArrayLoader::new(backend, &mut store, options.dtype).with_progress(progress);
+        let mut loader = loader_for(backend, &mut store, dir, options)?.with_progress(progress);
         Gemma4Target::load(&mut loader, resolved, &layout.prefix)?
     };
     let stats = store.finish()?;
@@ -142,7 +174,7 @@ pub fn load_assistant<B: Backend>(
     let (config, resolved) = read_assistant_config(&dir.join("config.json"))?;
     let mut store = TensorStore::open(dir)?;
     let model = {
-        let mut loader = ArrayLoader::new(backend, &mut store, options.dtype);
+        let mut loader = loader_for(backend, &mut store, dir, options)?;
         Gemma4Assistant::load(&mut loader, config, resolved, target)?
     };
     store.finish()?;

@@ -471,6 +471,22 @@ impl TensorStore {
         }
     }
 
+    /// `U32` tensor `name` of shape `expected` (the packed words of an MLX quantized weight).
+    pub fn take_u32(&mut self, name: &str, expected: &[usize]) -> LoadResult<Vec<u32>> {
+        let (dtype, bytes) = self.raw(name, expected)?;
+        match dtype {
+            Dtype::U32 => Ok(bytes
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()),
+            other => Err(LoadError::UnsupportedDtype {
+                name: name.to_string(),
+                dtype: format!("{other:?}"),
+                supported: "U32 (packed quantized words)",
+            }),
+        }
+    }
+
     /// Fail with [`LoadError::UnexpectedTensor`] if some tensor was neither taken nor skipped;
     /// otherwise say what was read and what was skipped.
     pub fn finish(self) -> LoadResult<StoreStats> {

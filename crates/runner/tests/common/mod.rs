@@ -93,8 +93,13 @@ pub struct Reference {
 impl Reference {
     /// Open `dir/reference.safetensors`.
     pub fn open(dir: &Path) -> Self {
-        let store = TensorStore::from_files(&[dir.join("reference.safetensors")])
-            .expect("reference.safetensors");
+        Self::open_file(&dir.join("reference.safetensors"))
+    }
+
+    /// Open a reference safetensors file.
+    pub fn open_file(path: &Path) -> Self {
+        let store = TensorStore::from_files(&[path.to_path_buf()])
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         Self { store }
     }
 

@@ -1,12 +1,16 @@
 //! [`Embedding`]: a token table looked up by row.
 
-use mtp_core::Backend;
+use std::sync::Arc;
+
+use mtp_core::quant::QuantTensor;
+use mtp_core::{Backend, DType};
 
 use super::Linear;
 use crate::loading::{ArrayLoader, LoadResult};
 
 /// A table of `vocab` rows of `width` values, looked up by integer ids.
 ///
+/// A quantized table decodes only the rows a lookup reads ([`Backend::quant_embedding`]).
 /// It is held like a [`Linear`] weight (`[vocab, width]` = `[out, in]`), so a model whose LM head
 /// is tied to its embedding reuses the same storage through [`as_linear`](Self::as_linear).
 #[derive(Debug, Clone)]
@@ -32,6 +36,24 @@ impl<B: Backend> Embedding<B> {
         Self {
             table: Linear::dense(table, vocab, width),
         }
+    }
+
+    /// A table over the quantized `tensor` (`[vocab, width]`, e.g. a GGUF tensor), prepared on
+    /// `b`; rows come out in `dtype`, and a lookup decodes only the rows it reads.
+    pub fn quantized(
+        b: &B,
+        name: &str,
+        tensor: Arc<QuantTensor>,
+        dtype: DType,
+    ) -> LoadResult<Self> {
+        Ok(Self {
+            table: Linear::quantized(b, name, tensor, dtype)?,
+        })
+    }
+
+    /// Whether the table is quantized.
+    pub fn is_quantized(&self) -> bool {
+        self.table.is_quantized()
     }
 
     /// Rows `ids` (integer ids of any shape → `ids.shape ++ [width]`), in the compute dtype.

@@ -1,18 +1,27 @@
 //! [`Linear`]: `y = x @ Wᵀ` over a dense or quantized weight.
 
-use mtp_core::Backend;
+use std::sync::Arc;
 
-use crate::loading::{ArrayLoader, LoadResult};
+use mtp_core::quant::QuantTensor;
+use mtp_core::{Backend, DType};
+
+use crate::loading::{ArrayLoader, LoadError, LoadResult};
 
 /// How a projection's weight `[out, in]` is held.
 #[derive(Debug, Clone)]
 enum Weight<B: Backend> {
     /// A dense array of the compute dtype.
     Dense(B::Array),
+    /// A quantized weight prepared for the backend; rows read from it come out in `dtype`.
+    Quantized {
+        weight: B::QuantWeight,
+        dtype: DType,
+    },
 }
 
 /// A linear projection without bias: `forward(x) = x @ Wᵀ` for a weight `W` of shape
-/// `[out, in]` and `x` of shape `[.., in]`.
+/// `[out, in]` and `x` of shape `[.., in]`. The weight is dense or quantized
+/// ([`Backend::quant_linear`]); models call [`forward`](Self::forward) either way.
 ///
 /// Cloning is cheap (the backend's arrays are reference counted), which is how a tied LM head
 /// shares its embedding table ([`Embedding::as_linear`](super::Embedding::as_linear)).
@@ -24,13 +33,25 @@ pub struct Linear<B: Backend> {
 }
 
 impl<B: Backend> Linear<B> {
-    /// Load the weight `name` of shape `[out, in]`.
+    /// Load the weight `name` of shape `[out, in]`: quantized when the checkpoint stores it so
+    /// (MLX affine) or the loader quantizes at load (`--quantize`), else dense in the compute
+    /// dtype.
     pub fn load(
         loader: &mut ArrayLoader<'_, B>,
         name: &str,
         out: usize,
         inp: usize,
     ) -> LoadResult<Self> {
+        if let Some(weight) = loader.quantized(name, out, inp)? {
+            return Ok(Self {
+                weight: Weight::Quantized {
+                    weight,
+                    dtype: loader.dtype(),
+                },
+                out_features: out,
+                in_features: inp,
+            });
+        }
         let array = loader.array(name, &[out, inp])?;
         Ok(Self::dense(array, out, inp))
     }
@@ -45,19 +66,49 @@ impl<B: Backend> Linear<B> {
         }
     }
 
+    /// A projection over the quantized `tensor` (`[out, in]`, e.g. a GGUF tensor), prepared
+    /// on `b` for activations of `dtype`.
+    pub fn quantized(
+        b: &B,
+        name: &str,
+        tensor: Arc<QuantTensor>,
+        dtype: DType,
+    ) -> LoadResult<Self> {
+        let [out, inp] = tensor.shape();
+        let weight = b
+            .quant_weight(tensor, dtype)
+            .map_err(|e| LoadError::Backend {
+                name: name.to_string(),
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            weight: Weight::Quantized { weight, dtype },
+            out_features: out,
+            in_features: inp,
+        })
+    }
+
     /// `x @ Wᵀ`: `[.., in]` → `[.., out]`.
     pub fn forward(&self, b: &B, x: &B::Array) -> Result<B::Array, B::Error> {
         match &self.weight {
             Weight::Dense(w) => b.linear(x, w),
+            Weight::Quantized { weight, .. } => b.quant_linear(x, weight),
         }
     }
 
     /// Rows `ids` of the weight (integer ids of any shape → `ids.shape ++ [in]`), dense in the
-    /// compute dtype: the tied LM head read as a table.
+    /// compute dtype: the tied LM head read as a table. A quantized weight decodes only those
+    /// rows ([`Backend::quant_embedding`]).
     pub fn rows(&self, b: &B, ids: &B::Array) -> Result<B::Array, B::Error> {
         match &self.weight {
             Weight::Dense(w) => b.embedding(w, ids),
+            Weight::Quantized { weight, dtype } => b.quant_embedding(weight, ids, *dtype),
         }
+    }
+
+    /// Whether the weight is quantized.
+    pub fn is_quantized(&self) -> bool {
+        matches!(self.weight, Weight::Quantized { .. })
     }
 
     /// Output width.

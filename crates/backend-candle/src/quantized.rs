@@ -1,0 +1,129 @@
+//! Quantized weights on candle: GGUF blocks go to `candle_core::quantized` (`QTensor` /
+//! `QMatMul`: candle's CPU kernels here, its CUDA and Metal kernels on those devices); MLX
+//! affine weights and GGUF Q8_K, which candle has no kernel for, are dequantized once to a dense
+//! tensor of the compute dtype.
+//!
+//! candle's quantized matmul quantizes the activations to the weight type's dot-product partner
+//! (Q8_0 / Q8_K) as ggml does, so its results differ from the dequantized oracle by that rounding
+//! (see the tests for the tolerance per type).
+
+use std::sync::Arc;
+
+use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType, QMatMul};
+use candle_core::{Device, Module, Tensor};
+use mtp_core::quant::{GgmlType, QuantFormat, QuantTensor};
+use mtp_core::DType;
+
+use crate::ops::{self, to_candle};
+use crate::Result;
+
+/// A quantized weight prepared for candle; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct CandleQuantWeight {
+    source: Arc<QuantTensor>,
+    kernel: Kernel,
+}
+
+#[derive(Debug, Clone)]
+enum Kernel {
+    /// candle's quantized matmul over the GGUF blocks.
+    Blocks(QMatMul),
+    /// A dense `[rows, cols]` tensor of the compute dtype (formats candle has no kernel for).
+    Dense(Tensor),
+}
+
+/// candle's name for a GGUF block type.
+pub(crate) fn ggml_dtype(ty: GgmlType) -> GgmlDType {
+    match ty {
+        GgmlType::F32 => GgmlDType::F32,
+        GgmlType::F16 => GgmlDType::F16,
+        GgmlType::BF16 => GgmlDType::BF16,
+        GgmlType::Q4_0 => GgmlDType::Q4_0,
+        GgmlType::Q4_1 => GgmlDType::Q4_1,
+        GgmlType::Q5_0 => GgmlDType::Q5_0,
+        GgmlType::Q5_1 => GgmlDType::Q5_1,
+        GgmlType::Q8_0 => GgmlDType::Q8_0,
+        GgmlType::Q2K => GgmlDType::Q2K,
+        GgmlType::Q3K => GgmlDType::Q3K,
+        GgmlType::Q4K => GgmlDType::Q4K,
+        GgmlType::Q5K => GgmlDType::Q5K,
+        GgmlType::Q6K => GgmlDType::Q6K,
+        GgmlType::Q8K => GgmlDType::Q8K,
+    }
+}
+
+/// Prepare `tensor` on `device` for activations of `dtype`.
+pub(crate) fn prepare(
+    device: &Device,
+    tensor: Arc<QuantTensor>,
+    dtype: DType,
+) -> Result<CandleQuantWeight> {
+    let kernel = match tensor.format() {
+        // candle 0.11 cannot decode Q8_K (a dot-product partner type, never a stored weight in
+        // practice): the exact host decoder makes it dense.
+        QuantFormat::Ggml(ty) if ty != GgmlType::Q8K => {
+            let q = qtensor_from_ggml(
+                ggml_dtype(ty),
+                tensor.data(),
+                tensor.shape().to_vec(),
+                device,
+            )?;
+            Kernel::Blocks(QMatMul::from_qtensor(q)?)
+        }
+        QuantFormat::Ggml(_) | QuantFormat::Affine(_) => Kernel::Dense(ops::from_f32(
+            device,
+            &tensor.dequantize(),
+            &tensor.shape(),
+            dtype,
+        )?),
+    };
+    Ok(CandleQuantWeight {
+        source: tensor,
+        kernel,
+    })
+}
+
+impl CandleQuantWeight {
+    /// The host tensor this weight was prepared from.
+    pub fn source(&self) -> &QuantTensor {
+        &self.source
+    }
+
+    /// Whether candle's quantized kernels compute with it (else a dense tensor does).
+    pub fn uses_quantized_kernel(&self) -> bool {
+        matches!(self.kernel, Kernel::Blocks(QMatMul::QTensor(_)))
+    }
+
+    /// `x @ Wᵀ` (`x`: `[.., in]`), in `x`'s dtype.
+    pub(crate) fn linear(&self, x: &Tensor) -> Result<Tensor> {
+        let dims = x.dims().to_vec();
+        let [rows, cols] = self.source.shape();
+        let inner = dims.last().copied().unwrap_or(0);
+        if inner != cols {
+            return Err(mtp_core::CoreError::ShapeMismatch {
+                op: "quant_linear",
+                lhs: dims,
+                rhs: vec![rows, cols],
+            }
+            .into());
+        }
+        let flat = x.reshape(((dims.iter().product::<usize>()) / cols.max(1), cols))?;
+        let y = match &self.kernel {
+            Kernel::Blocks(q) => q.forward(&flat.contiguous()?)?,
+            Kernel::Dense(w) => flat.matmul(&w.t()?)?,
+        };
+        let mut out = dims;
+        out.pop();
+        out.push(rows);
+        Ok(y.reshape(out)?)
+    }
+
+    /// Rows `ids` (any shape) as `dtype`.
+    pub(crate) fn rows(&self, ids: &Tensor, dtype: DType) -> Result<Tensor> {
+        let rows = match &self.kernel {
+            Kernel::Blocks(q) => q.embedding(ids)?,
+            Kernel::Dense(w) => ops::embedding(w, ids)?,
+        };
+        Ok(rows.to_dtype(to_candle(dtype))?)
+    }
+}
