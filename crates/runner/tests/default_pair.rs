@@ -56,7 +56,8 @@ fn load_in<B: Backend>(backend: B, dtype: DType) -> Pipeline<B> {
         drafter: Some(dir.join("assistant")),
         tokenizer: None,
     };
-    Pipeline::load(backend, &paths, &LoadOptions { dtype }).expect("the default pair loads")
+    Pipeline::load(backend, &paths, &LoadOptions::with_dtype(dtype))
+        .expect("the default pair loads")
 }
 
 /// Greedy, EOS ignored; `depth` None decodes plainly, Some(k) with MTP at constant depth k.

@@ -65,7 +65,7 @@ fn runs(case: &str) -> Vec<Run> {
 }
 
 fn load<B: Backend>(b: &B, path: &Path) -> LoadedTarget<B> {
-    let options = LoadOptions { dtype: DType::F32 };
+    let options = LoadOptions::with_dtype(DType::F32);
     let (model, _) = load_target_model(b, path, &options, &mut |_, _| {})
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert_eq!(model.family(), Family::Gemma3);

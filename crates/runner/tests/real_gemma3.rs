@@ -71,7 +71,7 @@ fn argmax(row: &[f32]) -> usize {
 
 fn load(b: &CandleBackend, path: &std::path::Path) -> Gemma3Target<CandleBackend> {
     let file = GgufFile::open(path).unwrap();
-    let options = LoadOptions { dtype: DType::F32 };
+    let options = LoadOptions::with_dtype(DType::F32);
     let (model, _) = load_gguf_with(b, &file, &options, &mut |_, _| {}, Some(&dequantize)).unwrap();
     model
 }

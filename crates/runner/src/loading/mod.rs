@@ -81,7 +81,7 @@ impl LoadOptions {
 
 /// An [`ArrayLoader`] for the directory `dir` under `options`: its compute dtype, the MLX
 /// quantization its `config.json` declares, and `--quantize`.
-fn loader_for<'a, B: Backend>(
+pub(crate) fn loader_for<'a, B: Backend>(
     backend: &'a B,
     store: &'a mut TensorStore,
     dir: &Path,

@@ -39,7 +39,7 @@ pub use model::Gemma3Target;
 
 use crate::loading::gguf::GgufFile;
 use crate::loading::{
-    read_config_json, ArrayLoader, Dequantize, GgufArrays, LoadError, LoadOptions, LoadResult,
+    loader_for, read_config_json, Dequantize, GgufArrays, LoadError, LoadOptions, LoadResult,
     StoreStats, TensorProgress, TensorStore,
 };
 
@@ -87,8 +87,8 @@ pub fn load_safetensors<B: Backend>(
     let config = read_config(&dir.join("config.json"))?;
     let mut store = TensorStore::open(dir)?;
     let model = {
-        let mut loader =
-            ArrayLoader::new(backend, &mut store, options.dtype).with_progress(progress);
+        // MLX-quantized checkpoints and `--quantize` load as for Gemma 4.
+        let mut loader = loader_for(backend, &mut store, dir, options)?.with_progress(progress);
         Gemma3Target::load(&mut loader, config)?
     };
     let stats = store.finish()?;
@@ -114,6 +114,14 @@ pub fn load_gguf_with<B: Backend>(
     dequantize: Option<Dequantize<'_>>,
 ) -> LoadResult<(Gemma3Target<B>, StoreStats)> {
     check_dtype(options, file.path())?;
+    if options.quantize.is_some() {
+        return Err(LoadError::UnsupportedFeature {
+            path: file.path().to_path_buf(),
+            feature: "--quantize with a GGUF model (its tensors are stored as they are meant to \
+                      run)"
+                .into(),
+        });
+    }
     let config = config::resolve_gguf(file)?;
     let mut arrays = GgufArrays::new(backend, file, options.dtype).with_progress(progress);
     if let Some(dequantize) = dequantize {
