@@ -1,14 +1,17 @@
 //! Turning the tensors of a [`GgufFile`] into backend arrays of the compute dtype, by GGUF name.
 //!
 //! F32 / F16 / BF16 tensors load densely, straight from the memory map through
-//! [`Backend::from_le_bytes`] (as safetensors weights do). Quantized tensors are handed out as
-//! [`RawTensor`] records ([`GgufArrays::raw`]); asking for one as a dense array is a
-//! [`GgufError::QuantizedTensor`] error until quantized weights are wired into the models.
+//! [`Backend::from_le_bytes`] (as safetensors weights do). Quantized tensors become host
+//! [`QuantTensor`]s ([`GgufArrays::quantized`]) that the models turn into quantized
+//! [`Linear`](crate::models::nn::Linear) / [`Embedding`](crate::models::nn::Embedding) weights;
+//! asking for one as a dense array is a [`GgufError::QuantizedTensor`] error.
 //! Like [`TensorStore::finish`](super::TensorStore::finish), [`GgufArrays::finish`] fails on
 //! tensors the model did not use.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
+use mtp_core::quant::{GgmlType as QuantGgmlType, QuantTensor};
 use mtp_core::{Backend, DType};
 
 use super::error::{LoadError, LoadResult};
@@ -126,8 +129,32 @@ impl<'a, B: Backend> GgufArrays<'a, B> {
         Ok(raw)
     }
 
+    /// Matrix `name` of shape `[rows, cols]` as a host quantized tensor (its GGUF blocks,
+    /// validated against the shape) when it is stored quantized; `None` for an F32 / F16 / BF16
+    /// tensor, which [`array`](Self::array) loads densely.
+    pub fn quantized(
+        &mut self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> LoadResult<Option<Arc<QuantTensor>>> {
+        let raw = self.raw(name, &[rows, cols])?;
+        if raw.ggml_type.float_dtype().is_some() {
+            return Ok(None);
+        }
+        let invalid = |reason: String| LoadError::InvalidTensor {
+            name: name.to_string(),
+            reason,
+        };
+        let ty = QuantGgmlType::from_id(raw.ggml_type.id).map_err(|e| invalid(e.to_string()))?;
+        let tensor = QuantTensor::ggml(ty, rows, cols, raw.bytes.to_vec())
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(Some(Arc::new(tensor)))
+    }
+
     /// Tensor `name` of shape `shape` as a dense array of the compute dtype (stored as F32, F16
-    /// or BF16; a quantized tensor is a [`GgufError::QuantizedTensor`] error).
+    /// or BF16; a quantized tensor is a [`GgufError::QuantizedTensor`] error: read it with
+    /// [`quantized`](Self::quantized)).
     pub fn array(&mut self, name: &str, shape: &[usize]) -> LoadResult<B::Array> {
         let raw = self.raw(name, shape)?;
         if let (None, Some(dequantize)) = (raw.ggml_type.float_dtype(), self.dequantize) {

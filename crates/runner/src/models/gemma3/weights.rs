@@ -81,16 +81,24 @@ impl<B: Backend> WeightSource<B> for GgufArrays<'_, B> {
         hf_to_gguf(name).is_some_and(|g| GgufArrays::contains(self, &g))
     }
 
-    /// Dense (F32 / F16 / BF16) for now: a quantized tensor is
-    /// [`GgufError::QuantizedTensor`](crate::loading::gguf::GgufError::QuantizedTensor) until
-    /// quantized GGUF weights are wired into [`Linear`] (here and in `embedding`).
+    /// Quantized as stored (any GGUF block type: the backend's quantized matmul), or dense for
+    /// an F32 / F16 / BF16 tensor.
     fn linear(&mut self, name: &str, out: usize, inp: usize) -> LoadResult<Linear<B>> {
-        let w = self.array(&gguf_name(name)?, &[out, inp])?;
+        let gguf = gguf_name(name)?;
+        if let Some(tensor) = self.quantized(&gguf, out, inp)? {
+            return Linear::quantized(self.backend(), &gguf, tensor, self.dtype());
+        }
+        let w = self.array(&gguf, &[out, inp])?;
         Ok(Linear::dense(w, out, inp))
     }
 
+    /// Quantized as stored (a lookup decodes only the rows it reads), or dense.
     fn embedding(&mut self, name: &str, vocab: usize, width: usize) -> LoadResult<Embedding<B>> {
-        let table = self.array(&gguf_name(name)?, &[vocab, width])?;
+        let gguf = gguf_name(name)?;
+        if let Some(tensor) = self.quantized(&gguf, vocab, width)? {
+            return Embedding::quantized(self.backend(), &gguf, tensor, self.dtype());
+        }
+        let table = self.array(&gguf, &[vocab, width])?;
         Ok(Embedding::dense(table, vocab, width))
     }
 
