@@ -19,11 +19,10 @@
 //! From a GGUF, the configuration is read as llama.cpp reads it ([`config::resolve_gguf`]):
 //! llama.cpp ignores `query_pre_attn_scalar` (it uses `head_dim`, or `hidden / heads` for the
 //! 62-layer 27B), defaults the sliding pattern to 6 and the local base to 10 000; the converter
-//! stored the norms as `1 + w` already (see `weights.rs`). Only F32 / F16 / BF16 tensors load
-//! for now: a quantized tensor is a typed error ([`GgufError::QuantizedTensor`]), unless the
-//! caller passes a dequantizer to [`load_gguf_with`] (the real-model test does, with candle's).
+//! stored the norms as `1 + w` already (see `weights.rs`). Quantized tensors load as quantized
+//! [`Linear`](crate::models::nn::Linear) / [`Embedding`](crate::models::nn::Embedding) weights;
+//! a dequantizer passed to [`load_gguf_with`] is only used for tensors read densely.
 //!
-//! [`GgufError::QuantizedTensor`]: crate::loading::gguf::GgufError::QuantizedTensor
 
 pub mod config;
 mod layer;
