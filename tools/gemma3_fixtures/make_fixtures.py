@@ -95,17 +95,23 @@ def setup_determinism() -> None:
 def train_spm(out_dir: Path) -> "sentencepiece.SentencePieceProcessor":
     import sentencepiece as spm
 
+    # Relative paths inside the temp dir: the model records its trainer's input and prefix, and
+    # a random directory name would make the file differ from run to run.
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = Path(tmp) / "corpus.txt"
-        corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
-        spm.SentencePieceTrainer.train(
-            input=str(corpus), model_prefix=str(Path(tmp) / "m"), model_type="bpe", vocab_size=VOCAB,
-            character_coverage=1.0, byte_fallback=True, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID,
-            unk_id=UNK_ID, pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>",
-            control_symbols=CONTROL, user_defined_symbols=USER_DEFINED, add_dummy_prefix=False,
-            remove_extra_whitespaces=False, normalization_rule_name="identity", split_digits=True,
-            num_threads=1, minloglevel=2, allow_whitespace_only_pieces=True,
-        )
+        (Path(tmp) / "corpus.txt").write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+        cwd = os.getcwd()
+        os.chdir(tmp)
+        try:
+            spm.SentencePieceTrainer.train(
+                input="corpus.txt", model_prefix="m", model_type="bpe", vocab_size=VOCAB,
+                character_coverage=1.0, byte_fallback=True, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID,
+                unk_id=UNK_ID, pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>",
+                control_symbols=CONTROL, user_defined_symbols=USER_DEFINED, add_dummy_prefix=False,
+                remove_extra_whitespaces=False, normalization_rule_name="identity", split_digits=True,
+                num_threads=1, minloglevel=2, allow_whitespace_only_pieces=True,
+            )
+        finally:
+            os.chdir(cwd)
         shutil.copy(Path(tmp) / "m.model", out_dir / "tokenizer.model")
     sp = spm.SentencePieceProcessor(model_file=str(out_dir / "tokenizer.model"))
     assert sp.vocab_size() == VOCAB

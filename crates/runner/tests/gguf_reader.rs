@@ -73,12 +73,16 @@ fn real_model_tensor_types_and_quantized_error() {
     types.sort_unstable();
     types.dedup();
     assert_eq!(types, ["F32", "Q4_K", "Q5_0", "Q6_K", "Q8_0"]);
-    // Until quantized weights are wired into the models, loading says so, by tensor and type.
-    let err = load_err(&path);
-    match gguf_error(err) {
-        GgufError::QuantizedTensor { type_name, .. } => assert_eq!(type_name, "Q8_0"),
-        other => panic!("{other}"),
-    }
+    // The quantized tensors load as quantized weights (no error, no dense copy).
+    let loaded = load_target_model(
+        &ReferenceBackend::default(),
+        &path,
+        &LoadOptions::default(),
+        &mut |_, _| {},
+    );
+    let (model, report) = loaded.unwrap_or_else(|e| panic!("{e}"));
+    assert!(model.as_gemma3().is_some());
+    assert_eq!(report.stats.read_tensors, 236);
 }
 
 /// A small valid gemma3-shaped file: metadata and two F32 tensors.

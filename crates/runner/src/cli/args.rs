@@ -166,9 +166,9 @@ pub struct ModelArgs {
     /// [default: the pair in $MTP_MODEL_DIR, else models/default/ of the checkout].
     #[arg(long, visible_alias = "target", value_name = "DIR|FILE|REPO", value_parser = model_location)]
     pub model: Option<PathBuf>,
-    /// A tokenizer.json to use instead of the model's own tokenizer (the target directory's
-    /// tokenizer.json, or the vocabulary a GGUF file embeds); special tokens still come from the
-    /// model.
+    /// A tokenizer.json to use instead of the model's own tokenizer; special tokens still come
+    /// from the model [default: the target directory's tokenizer.json, or the vocabulary a GGUF
+    /// file embeds].
     #[arg(long, value_name = "FILE")]
     pub tokenizer: Option<PathBuf>,
     /// Drafter directory or HF repo id; its config.json model_type says what it is (a Gemma 4
@@ -192,7 +192,8 @@ pub struct ModelArgs {
     /// Quantize the dense projection and embedding weights at load, as ollama does at import:
     /// q8 (GGUF Q8_0) or q4 (GGUF Q4_0). candle computes with its quantized kernels, MLX with
     /// affine groups of 32, the reference backend by exact dequantization. Weights a checkpoint
-    /// already stores quantized stay as stored; MoE expert tensors stay dense.
+    /// already stores quantized stay as stored; MoE expert tensors stay dense [default: none,
+    /// the weights as stored].
     #[arg(long, value_enum, value_name = "SCHEME")]
     pub quantize: Option<QuantizeChoice>,
 }

@@ -42,7 +42,7 @@ pub use config_file::{
     TARGET_MODEL_TYPES,
 };
 pub use error::{LoadError, LoadResult};
-pub use gguf_arrays::GgufArrays;
+pub use gguf_arrays::{Dequantize, GgufArrays};
 pub use layout::{TextLayout, TOWER_MODULES};
 pub use plan::{auto_dtype, available_memory, estimate_memory, MemoryEstimate};
 pub use quantized::MlxQuantization;
@@ -81,7 +81,7 @@ impl LoadOptions {
 
 /// An [`ArrayLoader`] for the directory `dir` under `options`: its compute dtype, the MLX
 /// quantization its `config.json` declares, and `--quantize`.
-fn loader_for<'a, B: Backend>(
+pub(crate) fn loader_for<'a, B: Backend>(
     backend: &'a B,
     store: &'a mut TensorStore,
     dir: &Path,

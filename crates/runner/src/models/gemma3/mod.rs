@@ -19,10 +19,10 @@
 //! From a GGUF, the configuration is read as llama.cpp reads it ([`config::resolve_gguf`]):
 //! llama.cpp ignores `query_pre_attn_scalar` (it uses `head_dim`, or `hidden / heads` for the
 //! 62-layer 27B), defaults the sliding pattern to 6 and the local base to 10 000; the converter
-//! stored the norms as `1 + w` already (see `weights.rs`). Only F32 / F16 / BF16 tensors load
-//! for now: a quantized tensor is a typed error ([`GgufError::QuantizedTensor`]).
+//! stored the norms as `1 + w` already (see `weights.rs`). Quantized tensors load as quantized
+//! [`Linear`](crate::models::nn::Linear) / [`Embedding`](crate::models::nn::Embedding) weights;
+//! a dequantizer passed to [`load_gguf_with`] is only used for tensors read densely.
 //!
-//! [`GgufError::QuantizedTensor`]: crate::loading::gguf::GgufError::QuantizedTensor
 
 pub mod config;
 mod layer;
@@ -38,8 +38,8 @@ pub use model::Gemma3Target;
 
 use crate::loading::gguf::GgufFile;
 use crate::loading::{
-    read_config_json, ArrayLoader, GgufArrays, LoadError, LoadOptions, LoadResult, StoreStats,
-    TensorProgress, TensorStore,
+    loader_for, read_config_json, Dequantize, GgufArrays, LoadError, LoadOptions, LoadResult,
+    StoreStats, TensorProgress, TensorStore,
 };
 
 /// The HF `model_type`s of the Gemma 3 text layout.
@@ -86,8 +86,8 @@ pub fn load_safetensors<B: Backend>(
     let config = read_config(&dir.join("config.json"))?;
     let mut store = TensorStore::open(dir)?;
     let model = {
-        let mut loader =
-            ArrayLoader::new(backend, &mut store, options.dtype).with_progress(progress);
+        // MLX-quantized checkpoints and `--quantize` load as for Gemma 4.
+        let mut loader = loader_for(backend, &mut store, dir, options)?.with_progress(progress);
         Gemma3Target::load(&mut loader, config)?
     };
     let stats = store.finish()?;
@@ -101,9 +101,31 @@ pub fn load_gguf<B: Backend>(
     options: &LoadOptions,
     progress: TensorProgress<'_>,
 ) -> LoadResult<(Gemma3Target<B>, StoreStats)> {
+    load_gguf_with(backend, file, options, progress, None)
+}
+
+/// [`load_gguf`], quantized tensors loaded densely through `dequantize` when given.
+pub fn load_gguf_with<B: Backend>(
+    backend: &B,
+    file: &GgufFile,
+    options: &LoadOptions,
+    progress: TensorProgress<'_>,
+    dequantize: Option<Dequantize<'_>>,
+) -> LoadResult<(Gemma3Target<B>, StoreStats)> {
     check_dtype(options, file.path())?;
+    if options.quantize.is_some() {
+        return Err(LoadError::UnsupportedFeature {
+            path: file.path().to_path_buf(),
+            feature: "--quantize with a GGUF model (its tensors are stored as they are meant to \
+                      run)"
+                .into(),
+        });
+    }
     let config = config::resolve_gguf(file)?;
     let mut arrays = GgufArrays::new(backend, file, options.dtype).with_progress(progress);
+    if let Some(dequantize) = dequantize {
+        arrays = arrays.with_dequantize(dequantize);
+    }
     let model = Gemma3Target::load(&mut arrays, config)?;
     let stats = arrays.finish()?;
     Ok((model, stats))
