@@ -1,6 +1,6 @@
 //! Fuzzed parsers (proptest, stable Rust): every file a user controls — safetensors headers,
 //! `config.json`, `tokenizer.json`, `generation_config.json`, chat templates (and the
-//! conversations rendered with them) — is parsed from random and mutated bytes with 0 panics;
+//! conversations rendered with them), GGUF files (header, metadata, vocabulary, tensors) — is parsed from random and mutated bytes with 0 panics;
 //! every failure is an `Err` that names the file. (Command-line values: `src/cli/args_fuzz.rs`;
 //! HTTP bodies: `tests/server_api.rs`.)
 //!
@@ -10,9 +10,12 @@
 
 use std::path::Path;
 
+use mtp_core::reference::ReferenceBackend;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use runner::loading::{read_target_config, TensorStore};
+use runner::loading::gguf::GgufFile;
+use runner::loading::{read_target_config, LoadOptions, TensorStore};
+use runner::models::registry::load_target_model;
 use runner::sampling_defaults::from_generation_config;
 use runner::tokenizer::{ChatMessage, ChatOptions, ChatTemplate};
 use runner::Tokenizer;
@@ -244,4 +247,63 @@ fn conversations_with_the_published_template() {
         }
         Ok(())
     });
+}
+
+/// A GGUF file (llama.cpp's converter's output for the tiny Gemma 3 fixture) with a few bytes
+/// overwritten — mostly in the header, metadata and tensor table, where the parser looks — and
+/// maybe truncated.
+fn mutated_gguf() -> impl Strategy<Value = Vec<u8>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/gemma3/tiny/model-f16.gguf");
+    let original = std::fs::read(path).expect("committed GGUF fixture");
+    let len = original.len();
+    let head = len.min(16 * 1024);
+    let at = prop_oneof![4 => 0..head, 1 => 0..len];
+    (
+        proptest::collection::vec((at, any::<u8>()), 1..8),
+        prop_oneof![4 => Just(len), 1 => 0..=len],
+    )
+        .prop_map(move |(edits, keep)| {
+            let mut bytes = original.clone();
+            for (at, b) in edits {
+                bytes[at] = b;
+            }
+            bytes.truncate(keep);
+            bytes
+        })
+}
+
+#[test]
+fn gguf_files() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("model.gguf");
+    let opened = std::cell::Cell::new(0u32);
+    fuzz("GGUF file", mutated_gguf(), |bytes| {
+        std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
+        match GgufFile::open(&path) {
+            Ok(file) => {
+                opened.set(opened.get() + 1);
+                // What opens must also give a tokenizer and a model, or clear errors.
+                let _ = Tokenizer::from_gguf(&file);
+                let _ = load_target_model(
+                    &ReferenceBackend::default(),
+                    &path,
+                    &LoadOptions::default(),
+                    &mut |_, _| {},
+                );
+            }
+            Err(e) => {
+                if !e.to_string().contains("model.gguf") {
+                    return Err(format!("error does not name the file: {e}"));
+                }
+            }
+        }
+        Ok(())
+    });
+    // Both paths ran: files the reader refused and files it opened.
+    assert!(
+        opened.get() > 0 && opened.get() < cases(),
+        "{} opened",
+        opened.get()
+    );
 }
