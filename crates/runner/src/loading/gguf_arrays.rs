@@ -19,11 +19,6 @@ use super::gguf::{GgufError, GgufFile, RawTensor};
 use super::tensors::StoreStats;
 use super::TensorProgress;
 
-/// Dequantizes a quantized tensor to `f32` values (row-major, our `[rows, cols]` order): how a
-/// caller that has a dequantizer (a test with candle's, for now) loads quantized tensors densely
-/// before quantized weights are wired into the models.
-pub type Dequantize<'a> = &'a dyn Fn(&RawTensor<'_>) -> Result<Vec<f32>, String>;
-
 /// The float dtype of `raw`, or the typed error for a quantized tensor.
 fn float_dtype(name: &str, raw: &RawTensor<'_>) -> LoadResult<DType> {
     raw.ggml_type.float_dtype().ok_or_else(|| {
@@ -44,7 +39,6 @@ pub struct GgufArrays<'a, B: Backend> {
     taken: BTreeSet<String>,
     read_bytes: u64,
     progress: Option<TensorProgress<'a>>,
-    dequantize: Option<Dequantize<'a>>,
 }
 
 impl<B: Backend> std::fmt::Debug for GgufArrays<'_, B> {
@@ -67,15 +61,7 @@ impl<'a, B: Backend> GgufArrays<'a, B> {
             taken: BTreeSet::new(),
             read_bytes: 0,
             progress: None,
-            dequantize: None,
         }
-    }
-
-    /// Load quantized tensors densely through `dequantize` instead of failing with
-    /// [`GgufError::QuantizedTensor`].
-    pub fn with_dequantize(mut self, dequantize: Dequantize<'a>) -> Self {
-        self.dequantize = Some(dequantize);
-        self
     }
 
     /// Report each tensor read to `progress` (for a progress bar).
@@ -157,13 +143,6 @@ impl<'a, B: Backend> GgufArrays<'a, B> {
     /// [`quantized`](Self::quantized)).
     pub fn array(&mut self, name: &str, shape: &[usize]) -> LoadResult<B::Array> {
         let raw = self.raw(name, shape)?;
-        if let (None, Some(dequantize)) = (raw.ggml_type.float_dtype(), self.dequantize) {
-            let values = dequantize(&raw).map_err(|reason| LoadError::Backend {
-                name: name.to_string(),
-                reason: format!("dequantizing {}: {reason}", raw.ggml_type.name),
-            })?;
-            return self.from_host(name, &values, shape);
-        }
         let src = float_dtype(name, &raw)?;
         self.backend
             .from_le_bytes(raw.bytes, src, shape, self.dtype)

@@ -42,7 +42,7 @@ pub use config_file::{
     TARGET_MODEL_TYPES,
 };
 pub use error::{LoadError, LoadResult};
-pub use gguf_arrays::{Dequantize, GgufArrays};
+pub use gguf_arrays::GgufArrays;
 pub use layout::{TextLayout, TOWER_MODULES};
 pub use plan::{auto_dtype, available_memory, estimate_memory, MemoryEstimate};
 pub use quantized::MlxQuantization;

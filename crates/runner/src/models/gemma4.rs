@@ -31,11 +31,11 @@ use std::collections::BTreeMap;
 
 use mtp_core::cache::{CacheSet, FullKvCache, KvCache, KvView, RotatingKvCache};
 use mtp_core::model::{TargetModel, TargetOutput};
-use mtp_core::{AttentionMask, Backend, CoreError, DType, UnaryOp};
+use mtp_core::{AttentionMask, Backend, CoreError, DType};
 
 use super::config::{KvRole, LayerType, ResolvedText};
 use super::layers::{DecoderLayer, LayerDims};
-use super::nn::{Embedding, Linear};
+use super::nn::{soft_cap, Embedding, Linear};
 use crate::loading::{ArrayLoader, LoadResult};
 
 /// The per-layer input embeddings (PLE) of a target.
@@ -285,14 +285,7 @@ impl<B: Backend> TargetModel<B> for Gemma4Target<B> {
 
     fn unembed(&self, b: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
         let logits = self.lm_head.forward(b, hidden)?;
-        let logits = match self.resolved.config.final_logit_softcapping {
-            Some(cap) if cap > 0.0 => {
-                let cap = b.scalar(cap as f32, b.dtype(&logits))?;
-                let t = b.unary(&b.div(&logits, &cap)?, UnaryOp::Tanh)?;
-                b.mul(&t, &cap)?
-            }
-            _ => logits,
-        };
+        let logits = soft_cap(b, logits, self.resolved.config.final_logit_softcapping)?;
         b.cast(&logits, DType::F32)
     }
 

@@ -20,8 +20,8 @@
 //! llama.cpp ignores `query_pre_attn_scalar` (it uses `head_dim`, or `hidden / heads` for the
 //! 62-layer 27B), defaults the sliding pattern to 6 and the local base to 10 000; the converter
 //! stored the norms as `1 + w` already (see `weights.rs`). Quantized tensors load as quantized
-//! [`Linear`](crate::models::nn::Linear) / [`Embedding`](crate::models::nn::Embedding) weights;
-//! a dequantizer passed to [`load_gguf_with`] is only used for tensors read densely.
+//! [`Linear`](crate::models::nn::Linear) / [`Embedding`](crate::models::nn::Embedding) weights
+//! (the backend's quantized matmul).
 //!
 
 pub mod config;
@@ -38,8 +38,8 @@ pub use model::Gemma3Target;
 
 use crate::loading::gguf::GgufFile;
 use crate::loading::{
-    loader_for, read_config_json, Dequantize, GgufArrays, LoadError, LoadOptions, LoadResult,
-    StoreStats, TensorProgress, TensorStore,
+    loader_for, read_config_json, GgufArrays, LoadError, LoadOptions, LoadResult, StoreStats,
+    TensorProgress, TensorStore,
 };
 
 /// The HF `model_type`s of the Gemma 3 text layout.
@@ -101,17 +101,6 @@ pub fn load_gguf<B: Backend>(
     options: &LoadOptions,
     progress: TensorProgress<'_>,
 ) -> LoadResult<(Gemma3Target<B>, StoreStats)> {
-    load_gguf_with(backend, file, options, progress, None)
-}
-
-/// [`load_gguf`], quantized tensors loaded densely through `dequantize` when given.
-pub fn load_gguf_with<B: Backend>(
-    backend: &B,
-    file: &GgufFile,
-    options: &LoadOptions,
-    progress: TensorProgress<'_>,
-    dequantize: Option<Dequantize<'_>>,
-) -> LoadResult<(Gemma3Target<B>, StoreStats)> {
     check_dtype(options, file.path())?;
     if options.quantize.is_some() {
         return Err(LoadError::UnsupportedFeature {
@@ -123,9 +112,6 @@ pub fn load_gguf_with<B: Backend>(
     }
     let config = config::resolve_gguf(file)?;
     let mut arrays = GgufArrays::new(backend, file, options.dtype).with_progress(progress);
-    if let Some(dequantize) = dequantize {
-        arrays = arrays.with_dequantize(dequantize);
-    }
     let model = Gemma3Target::load(&mut arrays, config)?;
     let stats = arrays.finish()?;
     Ok((model, stats))

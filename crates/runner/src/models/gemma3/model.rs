@@ -2,14 +2,14 @@
 
 use mtp_core::cache::{CacheSet, FullKvCache, KvCache, RotatingKvCache};
 use mtp_core::model::{TargetModel, TargetOutput};
-use mtp_core::{AttentionMask, Backend, DType, UnaryOp};
+use mtp_core::{AttentionMask, Backend, DType};
 
 use super::config::Gemma3Resolved;
 use super::layer::{DecoderLayer, Dims};
 use super::weights::WeightSource;
 use crate::loading::LoadResult;
 use crate::models::config::LayerType;
-use crate::models::nn::{Embedding, Linear};
+use crate::models::nn::{soft_cap, Embedding, Linear};
 
 /// A loaded Gemma 3 text model; see the [module docs](crate::models::gemma3).
 #[derive(Debug)]
@@ -120,14 +120,7 @@ impl<B: Backend> TargetModel<B> for Gemma3Target<B> {
 
     fn unembed(&self, b: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
         let logits = self.lm_head.forward(b, hidden)?;
-        let logits = match self.config.final_logit_softcapping {
-            Some(cap) => {
-                let cap = b.scalar(cap as f32, b.dtype(&logits))?;
-                let t = b.unary(&b.div(&logits, &cap)?, UnaryOp::Tanh)?;
-                b.mul(&t, &cap)?
-            }
-            None => logits,
-        };
+        let logits = soft_cap(b, logits, self.config.final_logit_softcapping)?;
         b.cast(&logits, DType::F32)
     }
 
