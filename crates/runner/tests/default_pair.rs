@@ -196,12 +196,12 @@ fn half_precision_greedy_mtp<B: Backend>(backend: B, dtype: DType) {
 }
 
 #[test]
-fn bf16_greedy_mtp_is_exact_serially_and_batched_divergence_is_rounding() {
+fn bf16_greedy_mtp_is_exact_serially_and_batched_drift_is_bounded() {
     half_precision_greedy_mtp(backend_candle::CandleBackend::cpu(), DType::BF16);
 }
 
 #[test]
-fn f16_greedy_mtp_is_exact_serially_and_batched_divergence_is_rounding() {
+fn f16_greedy_mtp_is_exact_serially_and_batched_drift_is_bounded() {
     half_precision_greedy_mtp(backend_candle::CandleBackend::cpu(), DType::F16);
 }
 
