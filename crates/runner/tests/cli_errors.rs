@@ -165,9 +165,20 @@ fn invalid_option_values() {
             "cannot be used with",
         ),
         (&["--eos", "x"], "invalid value 'x'"),
+        (&["--threads", "0"], "must be at least 1"),
+        (&["--threads", "100000"], "more than the 256 allowed"),
+        (&["--threads", "two"], "expected a whole number"),
     ] {
         assert_fails_with(generate_on(&target).args(args).arg("w5"), needle);
     }
+}
+
+#[test]
+fn a_valid_thread_count_runs() {
+    generate_on(&swa().target())
+        .args(["--threads", "1", "-n", "2", "--temperature", "0", "w5"])
+        .assert()
+        .success();
 }
 
 #[test]
@@ -212,6 +223,7 @@ fn help_documents_every_option_with_its_default() {
         "--backend",
         "--device",
         "--dtype",
+        "--threads",
         "--temperature",
         "--top-k",
         "--top-p",

@@ -9,16 +9,19 @@
 //! `keep` written positions. There is no silent trim:
 //!
 //! * [`FullKvCache`] rolls back by moving its length back (the written slots are simply reused);
-//! * [`RotatingKvCache`] (sliding window) keeps a snapshot taken at `begin`, because writes may
-//!   wrap around the ring and overwrite entries the rolled-back state still needs; a partial
-//!   commit restores the snapshot and replays the kept positions.
+//! * [`RotatingKvCache`] (sliding window) saves, write by write, the ring rows a speculative write
+//!   overwrites (writes may wrap around the ring and overwrite entries the rolled-back state still
+//!   needs); a partial commit puts them back and replays the kept positions. Only the slots a
+//!   round writes are copied, never the whole ring.
 //!
 //! A cache kind that cannot roll back answers `false` to [`KvCache::can_speculate`]; the engine
 //! then validates drafts serially (forwarding only accepted tokens), as the seed does.
 //!
 //! # Views
 //!
-//! * [`KvCache::view`] is the read-only history a drafter (or a KV-shared layer) attends to;
+//! * [`KvCache::view`] is the read-only history a drafter (or a KV-shared layer) attends to; for
+//!   both cache kinds it is a slice of the stored buffers (no copy), so a drafter may take it
+//!   every draft step;
 //! * [`KvCache::fork`] is an isolated copy for compare-serial debugging: writes to the fork never
 //!   reach the original, and vice versa.
 
