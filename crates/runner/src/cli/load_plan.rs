@@ -3,7 +3,7 @@
 
 use anyhow::bail;
 use mtp_core::{Backend, DType};
-use runner::loading::{auto_dtype, available_memory, estimate_memory, LoadOptions};
+use runner::loading::{auto_dtype, available_memory, estimate_memory, LoadOptions, StoredQuant};
 use runner::ModelPaths;
 
 use super::args::ModelArgs;
@@ -24,6 +24,11 @@ pub fn prepare_load<B: Backend>(
     let options = |dtype| LoadOptions {
         dtype,
         quantize: args.quantize.map(|q| q.scheme()),
+        stored_quant: if args.dequantize {
+            StoredQuant::Dequantize
+        } else {
+            StoredQuant::Keep
+        },
     };
     let dtype = match args.dtype.fixed() {
         Some(dtype) => dtype,
