@@ -166,18 +166,14 @@ def summarise(reps: list[dict], per_token: int) -> dict:
         def add(engine, config, key, fn):
             values = [fn(r["sets"][name], r) for r in reps]
             rows.setdefault(f"{engine} {config}", {})[key] = median(values)
-        for config in reps[0]["sets"][name]["ours"]["decode"]:
-            add("ours", config, "decode", lambda s, r, c=config: s["ours"]["decode"][c])
-            add("ours", config, "vs_own_plain",
-                lambda s, r, c=config: s["ours"]["decode"][c] / s["ours"]["decode"]["plain"])
-            add("ours", config, "ceiling_fraction",
-                lambda s, r, c=config: s["ours"]["decode"][c] * per_token / (r["bandwidth_gbps"] * 1e9))
-        for config in reps[0]["sets"][name]["llama_cpp"]["decode"]:
-            add("llama.cpp", config, "decode", lambda s, r, c=config: s["llama_cpp"]["decode"][c])
-            add("llama.cpp", config, "vs_own_plain",
-                lambda s, r, c=config: s["llama_cpp"]["decode"][c] / s["llama_cpp"]["decode"]["plain"])
-            add("llama.cpp", config, "ceiling_fraction",
-                lambda s, r, c=config: s["llama_cpp"]["decode"][c] * per_token / (r["bandwidth_gbps"] * 1e9))
+        for engine, key in (("ours", "ours"), ("llama.cpp", "llama_cpp")):
+            for config in reps[0]["sets"][name][key]["decode"]:
+                def rate(s, r, k=key, c=config):
+                    return s[k]["decode"][c]
+                add(engine, config, "decode", rate)
+                add(engine, config, "vs_own_plain", lambda s, r, k=key, f=rate: f(s, r) / s[k]["decode"]["plain"])
+                add(engine, config, "ceiling_fraction",
+                    lambda s, r, f=rate: f(s, r) * per_token / (r["bandwidth_gbps"] * 1e9))
         first = reps[0]["sets"][name]
         verify = first["ours"]["verify_secs"]
         out["sets"][name] = {
