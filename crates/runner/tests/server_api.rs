@@ -5,7 +5,8 @@
 //! 32 concurrent streaming clients over sockets beside one killed mid-stream. Requests go
 //! through the router in-process (`tower::ServiceExt::oneshot`) except the TCP tests.
 
-use std::path::Path;
+mod server_support;
+
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -18,24 +19,15 @@ use http_body_util::BodyExt;
 use mtp_core::engine::{CancelToken, DiscardSink, GenerateRequest};
 use runner::server::{
     self, AppState, EngineHandle, EventReceiver, FinishReason, GenerationEvent, GenerationJob,
-    ModelInfo, ServerConfig, SubmitError, WorkerEngine, WorkerOptions,
+    ModelInfo, ServerConfig, SubmitError, WorkerEngine,
 };
 use runner::tokenizer::{ChatMessage, ChatOptions, ChatTemplate, Tokenizer};
-use runner::{ModelPaths, Pipeline, PromptFormat};
+use runner::{Pipeline, PromptFormat};
 use serde_json::{json, Value};
+use server_support::{call, pair, worker, NAME};
 use tower::ServiceExt;
 
-const NAME: &str = "default";
 const PROMPT: &str = "In the beginning God created";
-
-fn pair() -> ModelPaths {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
-    ModelPaths {
-        target: dir.join("target"),
-        drafter: Some(dir.join("assistant")),
-        tokenizer: None,
-    }
-}
 
 /// The pipeline `mtp generate` runs, for reference outputs.
 fn pipeline() -> &'static Mutex<Pipeline<CandleBackend>> {
@@ -116,25 +108,6 @@ struct Server {
     ends: Arc<Mutex<Vec<(FinishReason, usize)>>>,
 }
 
-/// A worker over the default pair on candle's CPU.
-fn worker(queue: usize) -> WorkerEngine {
-    WorkerEngine::spawn(
-        &pair(),
-        WorkerOptions {
-            name: NAME.into(),
-            queue_depth: queue,
-            env: Default::default(),
-        },
-        |seat| {
-            seat.run(
-                Pipeline::load(CandleBackend::cpu(), &pair(), &Default::default())
-                    .map_err(Into::into),
-            )
-        },
-    )
-    .unwrap()
-}
-
 fn start(config: ServerConfig, queue: usize) -> Server {
     let worker = worker(queue);
     let ends = Arc::new(Mutex::new(Vec::new()));
@@ -159,24 +132,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-async fn call(
-    router: &Router,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (StatusCode, String) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-        .unwrap();
-    let response = router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8(bytes.to_vec()).unwrap())
 }
 
 fn json_of(text: &str) -> Value {
