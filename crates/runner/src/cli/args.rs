@@ -39,6 +39,18 @@ pub enum Command {
     Serve(Box<super::serve::ServeArgs>),
 }
 
+impl Command {
+    /// `--threads` of the subcommand.
+    pub fn threads(&self) -> Option<usize> {
+        match self {
+            Command::Generate(args) => args.model.threads,
+            Command::Bench(args) => args.model.threads,
+            #[cfg(feature = "server")]
+            Command::Serve(args) => args.model.threads,
+        }
+    }
+}
+
 /// `mtp generate`.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
@@ -189,6 +201,11 @@ pub struct ModelArgs {
     /// Load even when the weights and KV cache need more memory than is available.
     #[arg(long)]
     pub ignore_memory_limit: bool,
+    /// CPU threads for candle's kernels (its matmul and quantized-matmul pools and the rayon
+    /// global pool), 1 to 256; MLX and the reference backend ignore it [default:
+    /// RAYON_NUM_THREADS when set, else the machine's cores].
+    #[arg(long, value_name = "N", value_parser = super::threads::parse)]
+    pub threads: Option<usize>,
     /// Quantize the dense projection and embedding weights at load, as ollama does at import:
     /// q8 (GGUF Q8_0) or q4 (GGUF Q4_0). candle computes with its quantized kernels, MLX with
     /// affine groups of 32, the reference backend by exact dequantization. Weights a checkpoint
