@@ -213,6 +213,12 @@ pub struct ModelArgs {
     /// the weights as stored].
     #[arg(long, value_enum, value_name = "SCHEME")]
     pub quantize: Option<QuantizeChoice>,
+    /// Decode weights the checkpoint stores quantized (GGUF blocks, MLX affine) to dense
+    /// weights of the compute dtype at load, exactly: the computation the file stands for, as
+    /// HF transformers runs a GGUF, without the 8-bit activation rounding of quantized kernels.
+    /// Slower, and needs the dense weights' memory [default: off, quantized kernels].
+    #[arg(long, conflicts_with = "quantize")]
+    pub dequantize: bool,
 }
 
 /// Sampling options. Unset temperature / top-k / top-p come from the model's
