@@ -914,3 +914,42 @@ fn a_second_chat_turn_reuses_the_first_turns_caches_and_stays_exact() {
         assert!(third["prompt_eval_count"].as_u64().unwrap() as usize <= ids.len());
     });
 }
+
+/// Shutdown with several streams open — one generating, the rest waiting in the queue: every
+/// stream ends with a final object (`done: true`, the running one cancelled after the grace
+/// period, the queued ones before they start), none is cut mid-line, and the server returns.
+#[test]
+fn shutdown_during_several_streams_ends_each_with_a_final_object() {
+    use std::io::Read;
+    let rt = runtime();
+    let state = AppState::new(
+        Arc::new(worker(8)),
+        ServerConfig {
+            shutdown_grace: Duration::from_millis(200),
+            ..ServerConfig::default()
+        },
+    );
+    let (addr, stop_tx, served) = serve_on_loopback(&rt, state);
+    let mut streams: Vec<_> = (0..4).map(|_| send_generate(addr, PROMPT, 1000)).collect();
+    // The first stream is generating once its first bytes arrive.
+    let mut first = [0u8; 1];
+    streams[0].read_exact(&mut first).unwrap();
+    let _ = stop_tx.send(());
+    for (i, mut tcp) in streams.into_iter().enumerate() {
+        let mut text = String::from_utf8(first.to_vec()).unwrap();
+        if i > 0 {
+            text.clear();
+        }
+        tcp.read_to_string(&mut text).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200"), "stream {i}: {text}");
+        let lines = ndjson(&http_body(&text));
+        let last = lines
+            .last()
+            .unwrap_or_else(|| panic!("stream {i}: no object"));
+        assert_eq!(last["done"], true, "stream {i}: {last}");
+    }
+    rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), served).await })
+        .expect("the server returns after shutdown")
+        .unwrap()
+        .unwrap();
+}
