@@ -215,3 +215,17 @@ fn multimodal_layout_skips_the_vision_tower_and_needs_a_text_config() {
     };
     assert!(err.to_string().contains("text_config"), "{err}");
 }
+
+/// The memory estimate reads Gemma 3 configs (text and multimodal): the text weights only
+/// (the vision tower is never loaded) and a KV cache sized from the text config.
+#[test]
+fn memory_estimate_reads_gemma3_configs() {
+    use runner::loading::estimate_memory;
+    for case in ["tiny", "multimodal"] {
+        let dir = fixture(&format!("gemma3/{case}/hf"));
+        let e = estimate_memory(&dir, None, &LoadOptions::default(), 100).unwrap();
+        // 6 layers, 1 KV head of 16, f32: 1 full layer at 100 positions, 5 sliding at 9.
+        assert_eq!(e.kv_cache, 2 * 16 * 4 * (100 + 5 * 9), "{case}");
+        assert!(e.weights > 0, "{case}");
+    }
+}
