@@ -56,6 +56,7 @@ mod error;
 mod experts;
 mod fused;
 mod ops;
+pub mod qmatmul;
 mod quantized;
 #[cfg(test)]
 mod quantized_tests;

@@ -1,0 +1,65 @@
+//! Which SIMD instruction set the kernels use, chosen at run time (never by compile-time `cfg`
+//! alone): AVX2 + FMA on x86-64 when the CPU has both, else the portable scalar code.
+
+use std::sync::OnceLock;
+
+/// An instruction set the quantized kernels are written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Simd {
+    /// Portable Rust, every target; also the oracle the SIMD kernels are tested against.
+    Scalar,
+    /// x86-64 AVX2 with FMA (256-bit integer dot products, fused multiply-add accumulation).
+    Avx2,
+}
+
+impl Simd {
+    /// Every variant, fastest last.
+    pub const ALL: [Simd; 2] = [Simd::Scalar, Simd::Avx2];
+
+    /// Whether this CPU can run it (detected once per process, then a cached load).
+    pub fn is_available(self) -> bool {
+        match self {
+            Simd::Scalar => true,
+            Simd::Avx2 => avx2_fma(),
+        }
+    }
+
+    /// The fastest instruction set this CPU has.
+    pub fn best() -> Simd {
+        static BEST: OnceLock<Simd> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            let best = Self::ALL
+                .into_iter()
+                .rev()
+                .find(|s| s.is_available())
+                .unwrap_or(Simd::Scalar);
+            tracing::debug!(simd = ?best, "batched quantized matmul: instruction set chosen");
+            best
+        })
+    }
+
+    /// Those of [`ALL`](Self::ALL) this CPU can run.
+    pub fn available() -> Vec<Simd> {
+        Self::ALL.into_iter().filter(|s| s.is_available()).collect()
+    }
+}
+
+impl std::fmt::Display for Simd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Simd::Scalar => "scalar",
+            Simd::Avx2 => "avx2+fma",
+        })
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx2_fma() -> bool {
+    // `is_x86_feature_detected!` caches its answer itself.
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx2_fma() -> bool {
+    false
+}
