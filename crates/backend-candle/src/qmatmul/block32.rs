@@ -105,3 +105,49 @@ pub(super) unsafe fn rows_avx2<B: Block32>(
         }
     }
 }
+
+/// [`rows_scalar`] with NEON dot products: the block is decoded by the portable decoder, the
+/// 32 products summed in `i16` pairs (`|w x| ≤ 128 · 127`, two fit) then widened, and the
+/// `f32` accumulation is the scalar kernel's, so the result is the scalar kernel's bit for bit.
+///
+/// # Safety
+/// The CPU must have NEON. `weights` must hold `rows.end` rows of `row_bytes` bytes, a whole
+/// number of `B::BYTES`-byte blocks, matching `acts`' blocks per row.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn rows_neon<B: Block32>(
+    weights: &[u8],
+    row_bytes: usize,
+    rows: Range<usize>,
+    acts: &Quantized<BlockQ8_0>,
+    out: &mut [&mut [f32]],
+) {
+    use std::arch::aarch64::*;
+
+    let n = out.len();
+    for (i, r) in rows.enumerate() {
+        let w_row = &weights[r * row_bytes..][..row_bytes];
+        for j0 in (0..n).step_by(ROW_CHUNK) {
+            let m = ROW_CHUNK.min(n - j0);
+            let mut acc = [0f32; ROW_CHUNK];
+            for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
+                let (d, w) = B::decode(block);
+                // SAFETY: `w` is 32 bytes: two 16-byte loads.
+                let (w0, w1) = unsafe { (vld1q_s8(w.as_ptr()), vld1q_s8(w.as_ptr().add(16))) };
+                for (jj, a) in acc[..m].iter_mut().enumerate() {
+                    let x = &acts.row(j0 + jj)[b];
+                    // SAFETY: `x.qs` is 32 bytes: two 16-byte loads.
+                    let (x0, x1) =
+                        unsafe { (vld1q_s8(x.qs.as_ptr()), vld1q_s8(x.qs.as_ptr().add(16))) };
+                    let p0 = vmlal_high_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)), w0, x0);
+                    let p1 = vmlal_high_s8(vmull_s8(vget_low_s8(w1), vget_low_s8(x1)), w1, x1);
+                    let sum = vaddvq_s32(vaddq_s32(vpaddlq_s16(p0), vpaddlq_s16(p1)));
+                    *a += (d * x.d) * sum as f32;
+                }
+            }
+            for (jj, &a) in acc[..m].iter().enumerate() {
+                out[j0 + jj][i] = a;
+            }
+        }
+    }
+}

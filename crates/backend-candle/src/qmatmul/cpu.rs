@@ -10,17 +10,21 @@ pub enum Simd {
     Scalar,
     /// x86-64 AVX2 with FMA (256-bit integer dot products, fused multiply-add accumulation).
     Avx2,
+    /// aarch64 NEON (128-bit integer dot products; the scalar kernels' block decoding and
+    /// `f32` accumulation, so the scalar results bit for bit).
+    Neon,
 }
 
 impl Simd {
-    /// Every variant, fastest last.
-    pub const ALL: [Simd; 2] = [Simd::Scalar, Simd::Avx2];
+    /// Every variant (at most one SIMD set per architecture), portable first.
+    pub const ALL: [Simd; 3] = [Simd::Scalar, Simd::Avx2, Simd::Neon];
 
     /// Whether this CPU can run it (detected once per process, then a cached load).
     pub fn is_available(self) -> bool {
         match self {
             Simd::Scalar => true,
             Simd::Avx2 => avx2_fma(),
+            Simd::Neon => neon(),
         }
     }
 
@@ -49,6 +53,7 @@ impl std::fmt::Display for Simd {
         f.write_str(match self {
             Simd::Scalar => "scalar",
             Simd::Avx2 => "avx2+fma",
+            Simd::Neon => "neon",
         })
     }
 }
@@ -61,5 +66,15 @@ fn avx2_fma() -> bool {
 
 #[cfg(not(target_arch = "x86_64"))]
 fn avx2_fma() -> bool {
+    false
+}
+
+#[cfg(target_arch = "aarch64")]
+fn neon() -> bool {
+    std::arch::is_aarch64_feature_detected!("neon")
+}
+
+#[cfg(not(target_arch = "aarch64"))]
+fn neon() -> bool {
     false
 }

@@ -106,6 +106,7 @@ fn block32_kernel(ty: GgmlType, simd: Simd) -> Kernel<BlockQ8_0> {
         match simd {
             Simd::Scalar => block32::rows_scalar::<B>,
             Simd::Avx2 => block32_avx2::<B>,
+            Simd::Neon => block32_neon::<B>,
         }
     }
     match ty {
@@ -120,6 +121,7 @@ fn superblock_kernel(ty: GgmlType, simd: Simd) -> Kernel<BlockQ8K> {
         match simd {
             Simd::Scalar => superblock::rows_scalar::<B>,
             Simd::Avx2 => superblock_avx2::<B>,
+            Simd::Neon => superblock_neon::<B>,
         }
     }
     match ty {
@@ -158,6 +160,40 @@ fn superblock_avx2<B: SuperBlock>(
         // SAFETY: AVX2 and FMA were detected just now; the row and block sizes come from the
         // weight's checked shape (every slice access inside is bounds-checked).
         return unsafe { superblock::rows_avx2::<B>(w, row_bytes, rows, acts, out) };
+    }
+    superblock::rows_scalar::<B>(w, row_bytes, rows, acts, out)
+}
+
+/// The NEON kernel where the CPU has it, else the scalar one (so the function is safe).
+fn block32_neon<B: Block32>(
+    w: &[u8],
+    row_bytes: usize,
+    rows: Range<usize>,
+    acts: &Quantized<BlockQ8_0>,
+    out: &mut [&mut [f32]],
+) {
+    #[cfg(target_arch = "aarch64")]
+    if Simd::Neon.is_available() {
+        // SAFETY: NEON was detected just now; the row and block sizes come from the weight's
+        // checked shape (every slice access inside is bounds-checked).
+        return unsafe { block32::rows_neon::<B>(w, row_bytes, rows, acts, out) };
+    }
+    block32::rows_scalar::<B>(w, row_bytes, rows, acts, out)
+}
+
+/// The NEON kernel where the CPU has it, else the scalar one (so the function is safe).
+fn superblock_neon<B: SuperBlock>(
+    w: &[u8],
+    row_bytes: usize,
+    rows: Range<usize>,
+    acts: &Quantized<BlockQ8K>,
+    out: &mut [&mut [f32]],
+) {
+    #[cfg(target_arch = "aarch64")]
+    if Simd::Neon.is_available() {
+        // SAFETY: NEON was detected just now; the row and block sizes come from the weight's
+        // checked shape (every slice access inside is bounds-checked).
+        return unsafe { superblock::rows_neon::<B>(w, row_bytes, rows, acts, out) };
     }
     superblock::rows_scalar::<B>(w, row_bytes, rows, acts, out)
 }

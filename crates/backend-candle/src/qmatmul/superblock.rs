@@ -158,3 +158,60 @@ pub(super) unsafe fn rows_avx2<B: SuperBlock>(
         }
     }
 }
+
+/// [`rows_scalar`] with NEON dot products per group of 16 (`q ≤ 63`, `|x| ≤ 127`: two products
+/// fit an `i16`); the block is decoded by the portable decoder and the `f32` accumulation is
+/// the scalar kernel's, so the result is the scalar kernel's bit for bit.
+///
+/// # Safety
+/// The CPU must have NEON. `weights` must hold `rows.end` rows of `row_bytes` bytes, a whole
+/// number of `B::BYTES`-byte blocks, matching `acts`' blocks per row.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn rows_neon<B: SuperBlock>(
+    weights: &[u8],
+    row_bytes: usize,
+    rows: Range<usize>,
+    acts: &Quantized<BlockQ8K>,
+    out: &mut [&mut [f32]],
+) {
+    use std::arch::aarch64::*;
+
+    let n = out.len();
+    for (i, r) in rows.enumerate() {
+        let w_row = &weights[r * row_bytes..][..row_bytes];
+        for j0 in (0..n).step_by(ROW_CHUNK) {
+            let m = ROW_CHUNK.min(n - j0);
+            let mut acc = [0f32; ROW_CHUNK];
+            for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
+                let w = B::decode(block);
+                for (jj, a) in acc[..m].iter_mut().enumerate() {
+                    let x = &acts.row(j0 + jj)[b];
+                    let mut sum = 0i32;
+                    for (g, &scale) in w.scale.iter().enumerate() {
+                        // SAFETY: group `g < 16` spans bytes 16 g .. 16 g + 16 of the 256-byte
+                        // `w.q` and `x.qs`. The quants are at most 63, so they are valid `i8`s.
+                        let (q, xq) = unsafe {
+                            (
+                                vreinterpretq_s8_u8(vld1q_u8(w.q.as_ptr().add(16 * g))),
+                                vld1q_s8(x.qs.as_ptr().add(16 * g)),
+                            )
+                        };
+                        let p = vmlal_high_s8(vmull_s8(vget_low_s8(q), vget_low_s8(xq)), q, xq);
+                        sum += scale * vaddlvq_s16(p);
+                    }
+                    let bias: i32 = w
+                        .bias
+                        .iter()
+                        .zip(&x.bsums)
+                        .map(|(&m, &s)| m * i32::from(s))
+                        .sum();
+                    *a += (w.d * x.d) * sum as f32 - (w.dbias * x.d) * bias as f32;
+                }
+            }
+            for (jj, &a) in acc[..m].iter().enumerate() {
+                out[j0 + jj][i] = a;
+            }
+        }
+    }
+}

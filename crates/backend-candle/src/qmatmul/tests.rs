@@ -303,3 +303,26 @@ fn the_backend_uses_the_kernel_for_half_inputs_and_embeddings() -> crate::Result
     assert!(other.uses_quantized_kernel() && !other.uses_batched_kernel());
     Ok(())
 }
+
+#[test]
+fn a_row_of_a_batch_gets_the_bits_it_gets_alone() {
+    for (t, ty) in TYPES.into_iter().enumerate() {
+        let (rows, cols, n) = (300, 2 * QK_K, 11);
+        let k = QuantMatMul::new(Arc::new(random_tensor(ty, rows, cols, 70 + t as u64)))
+            .expect("supported");
+        let x = random_x(n, cols, 5);
+        for simd in Simd::available() {
+            let batch = k.forward_with(&x, n, simd).expect("batch");
+            for j in [0, 4, 10] {
+                let alone = k
+                    .forward_with(&x[j * cols..][..cols], 1, simd)
+                    .expect("one row");
+                assert_eq!(
+                    &batch[j * rows..][..rows],
+                    &alone[..],
+                    "{ty} {simd} row {j}"
+                );
+            }
+        }
+    }
+}
