@@ -64,7 +64,7 @@ mod quantized_tests;
 mod tests;
 
 pub use error::{CandleError, Result};
-pub use quantized::CandleQuantWeight;
+pub use quantized::{CandleQuantWeight, BATCHED_QMATMUL_ENV};
 
 use std::sync::Arc;
 

@@ -64,7 +64,9 @@ pub(crate) fn prepare(
     dtype: DType,
 ) -> Result<CandleQuantWeight> {
     let kernel = match tensor.format() {
-        QuantFormat::Ggml(ty) if device.is_cpu() && QuantMatMul::supports(ty) => {
+        QuantFormat::Ggml(ty)
+            if device.is_cpu() && QuantMatMul::supports(ty) && batched_enabled() =>
+        {
             Kernel::Batched(QuantMatMul::new(tensor.clone())?)
         }
         // candle 0.11 cannot decode Q8_K (a dot-product partner type, never a stored weight in
@@ -91,6 +93,22 @@ pub(crate) fn prepare(
     Ok(CandleQuantWeight {
         source: tensor,
         kernel,
+    })
+}
+
+/// The environment variable that, set to `0`, turns the batched CPU kernel off (candle's
+/// `QMatMul` then runs every GGUF type): an A/B switch for benchmarks and bisecting.
+pub const BATCHED_QMATMUL_ENV: &str = "MTP_BATCHED_QMATMUL";
+
+/// Whether the batched CPU kernel is on (read once; said once at `info` when it is off).
+fn batched_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let off = std::env::var(BATCHED_QMATMUL_ENV).is_ok_and(|v| v.trim() == "0");
+        if off {
+            tracing::info!("{BATCHED_QMATMUL_ENV}=0: the batched quantized CPU kernel is off, candle's QMatMul runs every GGUF type");
+        }
+        !off
     })
 }
 

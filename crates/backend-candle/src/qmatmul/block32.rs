@@ -39,11 +39,12 @@ pub(super) fn rows_scalar<B: Block32>(
         let w_row = &weights[r * row_bytes..][..row_bytes];
         for j0 in (0..n).step_by(ROW_CHUNK) {
             let m = ROW_CHUNK.min(n - j0);
+            let xs: [&[_]; ROW_CHUNK] = std::array::from_fn(|jj| acts.row((j0 + jj).min(n - 1)));
             let mut acc = [0f32; ROW_CHUNK];
             for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
                 let (d, w) = B::decode(block);
                 for (jj, a) in acc[..m].iter_mut().enumerate() {
-                    let x = &acts.row(j0 + jj)[b];
+                    let x = &xs[jj][b];
                     let sum: i32 = w
                         .iter()
                         .zip(&x.qs)
@@ -85,13 +86,14 @@ pub(super) unsafe fn rows_avx2<B: Block32>(
         let w_row = &weights[r * row_bytes..][..row_bytes];
         for j0 in (0..n).step_by(ROW_CHUNK) {
             let m = ROW_CHUNK.min(n - j0);
+            let xs: [&[_]; ROW_CHUNK] = std::array::from_fn(|jj| acts.row((j0 + jj).min(n - 1)));
             let mut acc = [_mm256_setzero_ps(); ROW_CHUNK];
             for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
                 // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
                 let (d, w) = unsafe { B::decode_avx2(block) };
                 let w_abs = _mm256_sign_epi8(w, w);
                 for (jj, a) in acc[..m].iter_mut().enumerate() {
-                    let x = &acts.row(j0 + jj)[b];
+                    let x = &xs[jj][b];
                     // SAFETY: `x.qs` is 32 bytes; the load is unaligned.
                     let xq = unsafe { _mm256_loadu_si256(x.qs.as_ptr().cast()) };
                     let pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(xq, w));
@@ -129,13 +131,14 @@ pub(super) unsafe fn rows_neon<B: Block32>(
         let w_row = &weights[r * row_bytes..][..row_bytes];
         for j0 in (0..n).step_by(ROW_CHUNK) {
             let m = ROW_CHUNK.min(n - j0);
+            let xs: [&[_]; ROW_CHUNK] = std::array::from_fn(|jj| acts.row((j0 + jj).min(n - 1)));
             let mut acc = [0f32; ROW_CHUNK];
             for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
                 let (d, w) = B::decode(block);
                 // SAFETY: `w` is 32 bytes: two 16-byte loads.
                 let (w0, w1) = unsafe { (vld1q_s8(w.as_ptr()), vld1q_s8(w.as_ptr().add(16))) };
                 for (jj, a) in acc[..m].iter_mut().enumerate() {
-                    let x = &acts.row(j0 + jj)[b];
+                    let x = &xs[jj][b];
                     // SAFETY: `x.qs` is 32 bytes: two 16-byte loads.
                     let (x0, x1) =
                         unsafe { (vld1q_s8(x.qs.as_ptr()), vld1q_s8(x.qs.as_ptr().add(16))) };

@@ -75,11 +75,12 @@ pub(super) fn rows_scalar<B: SuperBlock>(
         let w_row = &weights[r * row_bytes..][..row_bytes];
         for j0 in (0..n).step_by(ROW_CHUNK) {
             let m = ROW_CHUNK.min(n - j0);
+            let xs: [&[_]; ROW_CHUNK] = std::array::from_fn(|jj| acts.row((j0 + jj).min(n - 1)));
             let mut acc = [0f32; ROW_CHUNK];
             for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
                 let w = B::decode(block);
                 for (jj, a) in acc[..m].iter_mut().enumerate() {
-                    let x = &acts.row(j0 + jj)[b];
+                    let x = &xs[jj][b];
                     let mut sum = 0i32;
                     for (g, (q, xq)) in w.q.chunks_exact(16).zip(x.qs.chunks_exact(16)).enumerate()
                     {
@@ -131,12 +132,13 @@ pub(super) unsafe fn rows_avx2<B: SuperBlock>(
         let w_row = &weights[r * row_bytes..][..row_bytes];
         for j0 in (0..n).step_by(ROW_CHUNK) {
             let m = ROW_CHUNK.min(n - j0);
+            let xs: [&[_]; ROW_CHUNK] = std::array::from_fn(|jj| acts.row((j0 + jj).min(n - 1)));
             let mut acc = [_mm256_setzero_ps(); ROW_CHUNK];
             for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
                 // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
                 let w = unsafe { B::decode_avx2(block) };
                 for (jj, a) in acc[..m].iter_mut().enumerate() {
-                    let x = &acts.row(j0 + jj)[b];
+                    let x = &xs[jj][b];
                     let mut sum = _mm256_setzero_si256();
                     for (k, (&q, &scale)) in w.q.iter().zip(&w.scale).enumerate() {
                         // SAFETY: `x.qs` holds 256 bytes, so 32 from `32 k` (k < 8) are inside.
@@ -182,11 +184,12 @@ pub(super) unsafe fn rows_neon<B: SuperBlock>(
         let w_row = &weights[r * row_bytes..][..row_bytes];
         for j0 in (0..n).step_by(ROW_CHUNK) {
             let m = ROW_CHUNK.min(n - j0);
+            let xs: [&[_]; ROW_CHUNK] = std::array::from_fn(|jj| acts.row((j0 + jj).min(n - 1)));
             let mut acc = [0f32; ROW_CHUNK];
             for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
                 let w = B::decode(block);
                 for (jj, a) in acc[..m].iter_mut().enumerate() {
-                    let x = &acts.row(j0 + jj)[b];
+                    let x = &xs[jj][b];
                     let mut sum = 0i32;
                     for (g, &scale) in w.scale.iter().enumerate() {
                         // SAFETY: group `g < 16` spans bytes 16 g .. 16 g + 16 of the 256-byte
