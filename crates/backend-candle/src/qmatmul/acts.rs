@@ -5,7 +5,7 @@
 
 use mtp_core::quant::{quantize_ggml, GgmlType, QK_K};
 
-use super::QMatMulError;
+use super::{QMatMulError, ROW_CHUNK};
 
 /// One Q8_0 block of activations, its `f16` scale widened once to `f32`.
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +40,14 @@ impl<B> Quantized<B> {
     /// The blocks of activation row `j`.
     pub fn row(&self, j: usize) -> &[B] {
         &self.blocks[j * self.blocks_per_row..][..self.blocks_per_row]
+    }
+
+    /// The rows of the first `n` as chunks of [`ROW_CHUNK`] (the last padded with its own last
+    /// row, whose results are not stored): what the kernels look up per weight row.
+    pub fn row_chunks(&self, n: usize) -> Vec<[&[B]; ROW_CHUNK]> {
+        (0..n.div_ceil(ROW_CHUNK))
+            .map(|c| std::array::from_fn(|jj| self.row((c * ROW_CHUNK + jj).min(n - 1))))
+            .collect()
     }
 
     /// Every block, row after row.

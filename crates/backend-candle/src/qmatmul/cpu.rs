@@ -1,5 +1,5 @@
 //! Which SIMD instruction set the kernels use, chosen at run time (never by compile-time `cfg`
-//! alone): AVX2 + FMA on x86-64 when the CPU has both, else the portable scalar code.
+//! alone): AVX2 + FMA + F16C on x86-64 when the CPU has all three, else the portable scalar code.
 
 use std::sync::OnceLock;
 
@@ -8,7 +8,8 @@ use std::sync::OnceLock;
 pub enum Simd {
     /// Portable Rust, every target; also the oracle the SIMD kernels are tested against.
     Scalar,
-    /// x86-64 AVX2 with FMA (256-bit integer dot products, fused multiply-add accumulation).
+    /// x86-64 AVX2 with FMA and F16C (256-bit integer dot products, fused multiply-add
+    /// accumulation, hardware `f16` scale conversion).
     Avx2,
     /// aarch64 NEON (128-bit integer dot products; the scalar kernels' block decoding and
     /// `f32` accumulation, so the scalar results bit for bit).
@@ -52,7 +53,7 @@ impl std::fmt::Display for Simd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Simd::Scalar => "scalar",
-            Simd::Avx2 => "avx2+fma",
+            Simd::Avx2 => "avx2+fma+f16c",
             Simd::Neon => "neon",
         })
     }
@@ -61,7 +62,9 @@ impl std::fmt::Display for Simd {
 #[cfg(target_arch = "x86_64")]
 fn avx2_fma() -> bool {
     // `is_x86_feature_detected!` caches its answer itself.
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
 }
 
 #[cfg(not(target_arch = "x86_64"))]

@@ -19,7 +19,7 @@ impl Block32 for Q4_0 {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,f16c")]
     #[inline]
     unsafe fn decode_avx2(block: &[u8]) -> (f32, std::arch::x86_64::__m256i) {
         use std::arch::x86_64::*;
@@ -28,7 +28,7 @@ impl Block32 for Q4_0 {
         let q = unsafe { _mm_loadu_si128(block.as_ptr().add(2).cast()) };
         let nibbles = super::simd_x86::split_nibbles(q);
         (
-            super::f16_at(block, 0),
+            super::simd_x86::f16_at(block, 0),
             _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8)),
         )
     }

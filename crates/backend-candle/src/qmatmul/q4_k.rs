@@ -44,7 +44,7 @@ impl SuperBlock for Q4K {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,f16c")]
     #[inline]
     unsafe fn decode_avx2(block: &[u8]) -> super::superblock::DecodedAvx2 {
         use std::arch::x86_64::*;
@@ -60,8 +60,8 @@ impl SuperBlock for Q4K {
         }
         let bias: [i16; 16] = std::array::from_fn(|g| i16::from(m[g / 2]));
         super::superblock::DecodedAvx2 {
-            d: super::f16_at(block, 0),
-            dbias: super::f16_at(block, 2),
+            d: super::simd_x86::f16_at(block, 0),
+            dbias: super::simd_x86::f16_at(block, 2),
             q,
             scale: std::array::from_fn(|k| _mm256_set1_epi16(i16::from(sc[k]))),
             // SAFETY: `bias` is 16 `i16`s, 32 bytes.

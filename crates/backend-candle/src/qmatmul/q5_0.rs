@@ -22,7 +22,7 @@ impl Block32 for Q5_0 {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,f16c")]
     #[inline]
     unsafe fn decode_avx2(block: &[u8]) -> (f32, std::arch::x86_64::__m256i) {
         use std::arch::x86_64::*;
@@ -45,7 +45,7 @@ impl Block32 for Q5_0 {
         let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
         let high = _mm256_and_si256(set, _mm256_set1_epi8(0x10));
         (
-            super::f16_at(block, 0),
+            super::simd_x86::f16_at(block, 0),
             _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(16)),
         )
     }

@@ -36,7 +36,7 @@ impl SuperBlock for Q6K {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,f16c")]
     #[inline]
     unsafe fn decode_avx2(block: &[u8]) -> super::superblock::DecodedAvx2 {
         use std::arch::x86_64::*;
@@ -69,7 +69,7 @@ impl SuperBlock for Q6K {
         let sc = |g: usize| i16::from(block[192 + g] as i8);
         // SAFETY: the 16 scale bytes 192..208 are inside the block.
         let scales16 = unsafe { _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192).cast())) };
-        let d = super::f16_at(block, 208);
+        let d = super::simd_x86::f16_at(block, 208);
         super::superblock::DecodedAvx2 {
             d,
             dbias: d,

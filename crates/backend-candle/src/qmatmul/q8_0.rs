@@ -17,13 +17,13 @@ impl Block32 for Q8_0 {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,f16c")]
     #[inline]
     unsafe fn decode_avx2(block: &[u8]) -> (f32, std::arch::x86_64::__m256i) {
         use std::arch::x86_64::*;
         debug_assert_eq!(block.len(), Self::BYTES);
         // SAFETY: bytes 2..34 are inside the 34-byte block; the load is unaligned.
         let w = unsafe { _mm256_loadu_si256(block.as_ptr().add(2).cast()) };
-        (super::f16_at(block, 0), w)
+        (super::simd_x86::f16_at(block, 0), w)
     }
 }

@@ -56,7 +56,7 @@ pub(super) trait SuperBlock {
     /// Decode `block` into registers.
     ///
     /// # Safety
-    /// The CPU must have AVX2 and `block` must be [`BYTES`](Self::BYTES) long.
+    /// The CPU must have AVX2 and F16C, and `block` must be [`BYTES`](Self::BYTES) long.
     #[cfg(target_arch = "x86_64")]
     unsafe fn decode_avx2(block: &[u8]) -> DecodedAvx2;
 }
@@ -71,11 +71,11 @@ pub(super) fn rows_scalar<B: SuperBlock>(
     out: &mut [&mut [f32]],
 ) {
     let n = out.len();
+    let chunks = acts.row_chunks(n);
     for (i, r) in rows.enumerate() {
         let w_row = &weights[r * row_bytes..][..row_bytes];
-        for j0 in (0..n).step_by(ROW_CHUNK) {
-            let m = ROW_CHUNK.min(n - j0);
-            let xs: [&[_]; ROW_CHUNK] = std::array::from_fn(|jj| acts.row((j0 + jj).min(n - 1)));
+        for (c, xs) in chunks.iter().enumerate() {
+            let (j0, m) = (c * ROW_CHUNK, ROW_CHUNK.min(n - c * ROW_CHUNK));
             let mut acc = [0f32; ROW_CHUNK];
             for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
                 let w = B::decode(block);
@@ -112,10 +112,10 @@ pub(super) fn rows_scalar<B: SuperBlock>(
 /// the `bsums` with the multipliers, then two fused multiply-adds per block and row.
 ///
 /// # Safety
-/// The CPU must have AVX2 and FMA. `weights` must hold `rows.end` rows of `row_bytes` bytes, a
+/// The CPU must have AVX2, FMA and F16C. `weights` must hold `rows.end` rows of `row_bytes` bytes, a
 /// whole number of `B::BYTES`-byte blocks, matching `acts`' blocks per row.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn rows_avx2<B: SuperBlock>(
     weights: &[u8],
     row_bytes: usize,
@@ -128,11 +128,11 @@ pub(super) unsafe fn rows_avx2<B: SuperBlock>(
     use super::simd_x86::hsum;
 
     let n = out.len();
+    let chunks = acts.row_chunks(n);
     for (i, r) in rows.enumerate() {
         let w_row = &weights[r * row_bytes..][..row_bytes];
-        for j0 in (0..n).step_by(ROW_CHUNK) {
-            let m = ROW_CHUNK.min(n - j0);
-            let xs: [&[_]; ROW_CHUNK] = std::array::from_fn(|jj| acts.row((j0 + jj).min(n - 1)));
+        for (c, xs) in chunks.iter().enumerate() {
+            let (j0, m) = (c * ROW_CHUNK, ROW_CHUNK.min(n - c * ROW_CHUNK));
             let mut acc = [_mm256_setzero_ps(); ROW_CHUNK];
             for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
                 // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
@@ -180,11 +180,11 @@ pub(super) unsafe fn rows_neon<B: SuperBlock>(
     use std::arch::aarch64::*;
 
     let n = out.len();
+    let chunks = acts.row_chunks(n);
     for (i, r) in rows.enumerate() {
         let w_row = &weights[r * row_bytes..][..row_bytes];
-        for j0 in (0..n).step_by(ROW_CHUNK) {
-            let m = ROW_CHUNK.min(n - j0);
-            let xs: [&[_]; ROW_CHUNK] = std::array::from_fn(|jj| acts.row((j0 + jj).min(n - 1)));
+        for (c, xs) in chunks.iter().enumerate() {
+            let (j0, m) = (c * ROW_CHUNK, ROW_CHUNK.min(n - c * ROW_CHUNK));
             let mut acc = [0f32; ROW_CHUNK];
             for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
                 let w = B::decode(block);

@@ -326,3 +326,22 @@ fn a_row_of_a_batch_gets_the_bits_it_gets_alone() {
         }
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn f16c_scale_conversion_equals_half_for_every_bit_pattern() {
+    if !Simd::Avx2.is_available() {
+        return;
+    }
+    for bits in 0..=u16::MAX {
+        let b = bits.to_le_bytes();
+        let want = half::f16::from_bits(bits).to_f32();
+        // SAFETY: F16C was detected (part of `Simd::Avx2`).
+        #[allow(unsafe_code)]
+        let got = unsafe { super::simd_x86::f16_at(&b, 0) };
+        assert!(
+            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+            "{bits:#06x}: {got} vs {want}"
+        );
+    }
+}
