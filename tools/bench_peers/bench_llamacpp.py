@@ -49,15 +49,18 @@ def plain_row(ours: dict) -> dict:
     sys.exit("error: the report has no `plain` row (run mtp bench with plain decoding)")
 
 
-def run_prompt(llm, ids: list[int], num_predict: int) -> tuple[float, float]:
-    """(prefill tokens/s, decode tokens/s) of one greedy generation of `num_predict` tokens."""
+def run_prompt(llm, ids: list[int], num_predict: int, out: list[int] | None = None) -> tuple[float, float]:
+    """(prefill tokens/s, decode tokens/s) of one greedy generation of `num_predict` tokens (the
+    tokens appended to `out` when given)."""
     start = time.perf_counter()
     first = last = None
     count = 0
-    for _token in llm.generate(
+    for token in llm.generate(
         ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True
     ):
         now = time.perf_counter()
+        if out is not None:
+            out.append(int(token))
         if first is None:
             first = now
         last = now

@@ -1,6 +1,6 @@
 //! Fused ops backed by candle-nn kernels, and the in-place cache hooks.
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use mtp_core::CoreError;
 
 use crate::error::Result;
@@ -65,24 +65,42 @@ pub(crate) fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f32) -> Result<
 }
 
 /// Rotary embedding on `[b, h, t, d]` with `candle_nn::rotary_emb::rope` (half-split layout) on
-/// the rotated dims, the pass-through dims joined back after. The cos/sin tables are computed on
-/// the host in f32 exactly as the trait's default body does, then stored in `x`'s dtype.
-pub(crate) fn rope(device: &Device, x: &Tensor, start: usize, inv_freq: &[f32]) -> Result<Tensor> {
+/// the rotated dims, the pass-through dims joined back after, with the `[t, half]` tables given
+/// (built by the trait: on the host per call for `rope`, once per model for `rope_cached`).
+pub(crate) fn rope_with_tables(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     const OP: &str = "rope";
-    let mtp_core::RopeTables {
-        t,
-        head_dim: d,
-        half,
-        cos,
-        sin,
-    } = mtp_core::RopeTables::new(x.dims(), start, inv_freq)?;
-    let rot = 2 * half;
     let dtype = require_float(OP, x)?;
+    let (shape, table) = (x.dims(), cos.dims());
+    let ([_, _, t, d], [tt, half]) = (shape, table) else {
+        return Err(CoreError::ShapeMismatch {
+            op: OP,
+            lhs: shape.to_vec(),
+            rhs: table.to_vec(),
+        }
+        .into());
+    };
+    let (t, d, half) = (*t, *d, *half);
+    if t != *tt || 2 * half > d || sin.dims() != table {
+        return Err(CoreError::ShapeMismatch {
+            op: OP,
+            lhs: shape.to_vec(),
+            rhs: table.to_vec(),
+        }
+        .into());
+    }
     if t == 0 || x.elem_count() == 0 {
         return Ok(x.clone());
     }
-    let cos = ops::from_f32(device, &cos, &[t, half], dtype)?;
-    let sin = ops::from_f32(device, &sin, &[t, half], dtype)?;
+    let as_table = |c: &Tensor| -> Result<Tensor> {
+        let c = if ops::dtype_of(OP, c)? == dtype {
+            c.clone()
+        } else {
+            ops::cast(c, dtype)?
+        };
+        Ok(c.contiguous()?)
+    };
+    let (cos, sin) = (as_table(cos)?, as_table(sin)?);
+    let rot = 2 * half;
     if rot == d {
         return Ok(candle_nn::rotary_emb::rope(&x.contiguous()?, &cos, &sin)?);
     }
@@ -137,8 +155,9 @@ fn storage_addr(x: &Tensor) -> usize {
     std::ptr::from_ref::<candle_core::Storage>(&*storage).addr()
 }
 
-/// A real copy of `x`'s storage (`Tensor::copy`), so that in-place writes to either array never
-/// reach the other.
+/// A real copy of the elements of `x` (`Tensor::force_contiguous`: exactly the elements its
+/// layout covers, so a copy of a slice of a cache buffer costs the slice, not the buffer), so
+/// that in-place writes to either array never reach the other.
 pub(crate) fn deep_copy(x: &Tensor) -> Result<Tensor> {
-    Ok(x.copy()?)
+    Ok(x.force_contiguous()?)
 }

@@ -21,11 +21,13 @@
 //!
 //! Every required op maps onto candle tensor ops (see `README.md` for the table). Of the fused
 //! ops, `softmax` (`candle_nn::ops::softmax_last_dim`), `rms_norm` (`candle_nn::ops::rms_norm`),
-//! `rope` (`candle_nn::rotary_emb::rope`) and `gelu_tanh` (`Tensor::gelu`) use candle kernels;
-//! `attention`, `top_k` and `log_softmax` keep the trait's default bodies; `gather_linear` (MoE
+//! `rope_with_tables` (`candle_nn::rotary_emb::rope`; `rope` and `rope_cached` reach it with host
+//! tables or the model's device tables) and `gelu_tanh` (`Tensor::gelu`) use candle kernels;
+//! `top_k` selects with a heap per row on the CPU (`topk.rs`; GPUs keep the default sort);
+//! `attention` and `log_softmax` keep the trait's default bodies; `gather_linear` (MoE
 //! experts) runs one matmul per expert in use (`experts.rs`). The in-place cache hooks
 //! are overridden: [`Backend::write_slice`] writes into the preallocated buffer with
-//! `Tensor::slice_set`, and [`Backend::deep_copy`] copies storage with `Tensor::copy`.
+//! `Tensor::slice_set`, and [`Backend::deep_copy`] copies the elements with `Tensor::force_contiguous`.
 //!
 //! # Aliasing
 //!
@@ -62,6 +64,7 @@ mod quantized;
 mod quantized_tests;
 #[cfg(test)]
 mod tests;
+mod topk;
 
 pub use error::{CandleError, Result};
 pub use quantized::{CandleQuantWeight, BATCHED_QMATMUL_ENV};
@@ -296,8 +299,12 @@ impl Backend for CandleBackend {
         fused::rms_norm(x, weight, eps)
     }
 
-    fn rope(&self, x: &Tensor, start: usize, inv_freq: &[f32]) -> Result<Tensor> {
-        fused::rope(&self.device, x, start, inv_freq)
+    fn rope_with_tables(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        fused::rope_with_tables(x, cos, sin)
+    }
+
+    fn top_k(&self, x: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
+        topk::top_k(x, k)
     }
 
     fn gather_linear(&self, x: &Tensor, w: &Tensor, indices: &Tensor) -> Result<Tensor> {

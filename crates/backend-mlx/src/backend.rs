@@ -5,7 +5,8 @@ use std::sync::Arc;
 use mlx_rs::Array;
 use mtp_core::quant::QuantTensor;
 use mtp_core::{
-    AttentionMask, Backend, BinaryOp, CompareOp, DType, Execution, ReduceOp, SortOrder, UnaryOp,
+    AttentionBias, Backend, BinaryOp, CompareOp, DType, Execution, ReduceOp, RopeCache, SortOrder,
+    UnaryOp,
 };
 
 use crate::convert::{nearest_dtype, shape_of};
@@ -219,14 +220,20 @@ impl Backend for MlxBackend {
         fused::rope(x, start, inv_freq)
     }
 
-    fn attention(
+    /// `mlx::fast::rope` computes its angles on the device: the cache's frequencies are all it
+    /// needs (no tables).
+    fn rope_cached(&self, x: &Array, start: usize, cache: &RopeCache<Self>) -> Result<Array> {
+        fused::rope(x, start, cache.inv_freq())
+    }
+
+    fn attention_with_bias(
         &self,
         q: &Array,
         k: &Array,
         v: &Array,
-        mask: &AttentionMask,
+        bias: &AttentionBias<Self>,
         scale: f32,
     ) -> Result<Array> {
-        fused::attention(q, k, v, mask, scale)
+        fused::attention(q, k, v, bias, scale)
     }
 }

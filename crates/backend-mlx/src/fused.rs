@@ -5,11 +5,12 @@ use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::TryIndexMutOp;
 use mlx_rs::{ops, transforms, Array};
 use mtp_core::backend::check_write_slice;
-use mtp_core::{AttentionMask, CoreError};
+use mtp_core::{AttentionBias, CoreError};
 
-use crate::convert::{axis, dims, require_float, same_dtype, shape_of, to_i32, to_mlx};
+use crate::convert::{axis, require_float, same_dtype, shape_of, to_i32, to_mlx};
 use crate::error::{Context, Result};
 use crate::ops::range_on_axis;
+use crate::MlxBackend;
 
 pub(crate) fn softmax(x: &Array, axis_: usize) -> Result<Array> {
     const OP: &str = "softmax";
@@ -77,14 +78,15 @@ pub(crate) fn rope(x: &Array, start: usize, inv_freq: &[f32]) -> Result<Array> {
     fast::rope(x, rotated, false, None, 1.0, offset, &periods).op(OP)
 }
 
-/// `mlx::fast::scaled_dot_product_attention` with the mask as an additive `[tq, tk]` table
-/// (grouped KV heads are native to MLX). Query rows that see no key come out of MLX's softmax
-/// as NaN; they are replaced by zeros, the trait's rule.
+/// `mlx::fast::scaled_dot_product_attention` with the prepared `[tq, tk]` additive table, or no
+/// mask when every key is visible (grouped KV heads are native to MLX). Query rows that see no
+/// key come out of MLX's softmax as NaN; when the bias says there are some, they are replaced by
+/// zeros, the trait's rule.
 pub(crate) fn attention(
     q: &Array,
     k: &Array,
     v: &Array,
-    mask: &AttentionMask,
+    bias: &AttentionBias<MlxBackend>,
     scale: f32,
 ) -> Result<Array> {
     const OP: &str = "attention";
@@ -101,30 +103,44 @@ pub(crate) fn attention(
         return Err(mismatch().into());
     };
     let consistent = b == kb && b == vb && d == kd && hkv == vh && tk == vt;
-    if !consistent || *hkv == 0 || hq % hkv != 0 {
+    let fits = bias.tq() == *tq && bias.tk() == *tk;
+    if !consistent || !fits || *hkv == 0 || hq % hkv != 0 {
         return Err(mismatch().into());
     }
     let (tq, tk) = (*tq, *tk);
-    let additive = mask.to_additive(tq, tk);
-    let table = Array::from_slice(&additive, &dims(OP, &[tq, tk])?)
-        .as_dtype(to_mlx(dtype))
-        .op(OP)?;
-    let out = fast::scaled_dot_product_attention(
-        q,
-        k,
-        v,
-        scale,
-        ScaledDotProductAttentionMask::Array(&table),
-        None,
-    )
+    let out = match bias.table() {
+        Some(table) => {
+            let table = if table.dtype() == to_mlx(dtype) {
+                table.clone()
+            } else {
+                table.as_dtype(to_mlx(dtype)).op(OP)?
+            };
+            fast::scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                scale,
+                ScaledDotProductAttentionMask::Array(&table),
+                None,
+            )
+        }
+        None => fast::scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            scale,
+            None::<ScaledDotProductAttentionMask>,
+            None,
+        ),
+    }
     .op(OP)?;
-    let blind_rows: Vec<u32> = additive
-        .chunks(tk.max(1))
-        .map(|row| u32::from(tk > 0 && row.iter().all(|m| m.is_infinite())))
-        .collect();
-    if blind_rows.iter().all(|&blind| blind == 0) {
+    if !bias.has_blind_rows() {
         return Ok(out);
     }
+    let mask = bias.mask();
+    let blind_rows: Vec<u32> = (0..tq)
+        .map(|row| u32::from(mask.row_is_blind(row, tk)))
+        .collect();
     let blind = Array::from_slice(&blind_rows, &[to_i32(OP, tq)?, 1])
         .as_dtype(mlx_rs::Dtype::Bool)
         .op(OP)?;

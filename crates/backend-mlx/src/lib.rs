@@ -22,9 +22,10 @@
 //! # Kernels and laziness
 //!
 //! Every required op maps onto one MLX op or a few (see `README.md` for the table). Of the fused
-//! ops, `softmax` (`mlx::softmax`, precise), `rms_norm` (`mlx::fast::rms_norm`), `rope`
-//! (`mlx::fast::rope`) and `attention` (`mlx::fast::scaled_dot_product_attention`, grouped KV
-//! heads native) use MLX kernels; `gelu_tanh`, `log_softmax` and `top_k` keep the trait's
+//! ops, `softmax` (`mlx::softmax`, precise), `rms_norm` (`mlx::fast::rms_norm`), `rope` and
+//! `rope_cached` (`mlx::fast::rope`, angles computed on the device: no tables) and
+//! `attention_with_bias` (`mlx::fast::scaled_dot_product_attention` with the forward's prepared
+//! mask, or none when every key is visible; grouped KV heads native) use MLX kernels; `gelu_tanh`, `log_softmax` and `top_k` keep the trait's
 //! default bodies (MLX fuses nothing there on the CPU). Ops only record a graph: the engine's
 //! `eval` / `async_eval` hooks and
 //! the host reads (`to_vec_*`) run it, so a decode round costs one evaluation.

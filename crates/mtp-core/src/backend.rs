@@ -36,7 +36,9 @@
 
 use std::sync::Arc;
 
+pub use crate::attention::{AttentionBias, AttentionMask, Causality};
 use crate::quant::QuantTensor;
+use crate::rotary::RopeCache;
 use crate::{CoreError, DType};
 
 /// Elementwise binary operations (broadcasting).
@@ -112,74 +114,6 @@ pub enum SortOrder {
     Ascending,
     /// largest first
     Descending,
-}
-
-/// Whether queries may look at keys later than themselves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Causality {
-    /// A query at position `p` sees keys at positions `<= p` (decoder attention).
-    Causal,
-    /// Every query sees every key (subject only to the window).
-    Bidirectional,
-}
-
-/// Which keys each query may attend to, stated in absolute positions.
-///
-/// Query row `i` sits at position `query_start + i`; key column `j` at `key_start + j`. Key `kp`
-/// is visible to query `qp` when the causality allows it (`kp <= qp` when causal) and, with a
-/// sliding window `w`, when `|qp - kp| < w` (so a query sees itself and the `w - 1` keys before
-/// it — HF transformers' sliding-window rule).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct AttentionMask {
-    /// Absolute position of the first query row.
-    pub query_start: usize,
-    /// Absolute position of the first key column.
-    pub key_start: usize,
-    /// Causal or bidirectional.
-    pub causality: Causality,
-    /// Sliding-window length, if any.
-    pub window: Option<usize>,
-}
-
-impl AttentionMask {
-    /// A causal mask without a window.
-    pub fn causal(query_start: usize, key_start: usize) -> Self {
-        Self {
-            query_start,
-            key_start,
-            causality: Causality::Causal,
-            window: None,
-        }
-    }
-
-    /// The same mask restricted to a sliding window of `window` positions.
-    pub fn with_window(mut self, window: Option<usize>) -> Self {
-        self.window = window;
-        self
-    }
-
-    /// Whether the key at absolute position `key` is visible to the query at `query`.
-    pub fn allows(&self, query: usize, key: usize) -> bool {
-        if self.causality == Causality::Causal && key > query {
-            return false;
-        }
-        match self.window {
-            Some(w) => query.abs_diff(key) < w,
-            None => true,
-        }
-    }
-
-    /// The additive mask as a dense row-major `[tq, tk]` table of `0` and `-inf`.
-    pub fn to_additive(&self, tq: usize, tk: usize) -> Vec<f32> {
-        let mut out = Vec::with_capacity(tq * tk);
-        for i in 0..tq {
-            for j in 0..tk {
-                let visible = self.allows(self.query_start + i, self.key_start + j);
-                out.push(if visible { 0.0 } else { f32::NEG_INFINITY });
-            }
-        }
-        out
-    }
 }
 
 /// The element count of `shape`, or an error naming `op` when it overflows `usize`.
@@ -804,6 +738,10 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
     /// HF `rotate_half`) layout: for `i < r/2`, dims `i` and `i + r/2` rotate by
     /// `angle = position * inv_freq[i]`; dims `r..d` pass through. A layer with its own
     /// frequencies (or a proportional scheme with zero frequencies) passes its own table.
+    ///
+    /// The default builds the tables on the host ([`RopeTables`]) and calls
+    /// [`rope_with_tables`](Self::rope_with_tables); models use
+    /// [`rope_cached`](Self::rope_cached), whose tables are built once per model.
     fn rope(
         &self,
         x: &Self::Array,
@@ -811,20 +749,77 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
         inv_freq: &[f32],
     ) -> Result<Self::Array, Self::Error> {
         let RopeTables {
-            t,
-            head_dim: d,
-            half,
-            cos,
-            sin,
+            t, half, cos, sin, ..
         } = RopeTables::new(&self.shape(x), start, inv_freq)?;
-        let rot = 2 * half;
         let dtype = self.dtype(x);
         let cos = self.from_f32(&cos, &[t, half], dtype)?;
         let sin = self.from_f32(&sin, &[t, half], dtype)?;
+        self.rope_with_tables(x, &cos, &sin)
+    }
+
+    /// [`rope`](Self::rope) with its frequencies' tables kept on the device by `cache` (built
+    /// once per model, sliced per call): bit-for-bit the same rotation, without host work. A
+    /// backend whose rope kernel computes its own angles overrides this to use
+    /// [`RopeCache::inv_freq`].
+    fn rope_cached(
+        &self,
+        x: &Self::Array,
+        start: usize,
+        cache: &RopeCache<Self>,
+    ) -> Result<Self::Array, Self::Error> {
+        let shape = self.shape(x);
+        // Check the shape against the frequencies (the same errors as `rope`).
+        let half = cache.inv_freq().len();
+        let [_, _, t, d] = shape[..] else {
+            return Err(CoreError::InvalidArgument {
+                op: "rope",
+                message: format!("expected [b, h, t, d], got {shape:?}"),
+            }
+            .into());
+        };
+        if 2 * half > d || half == 0 {
+            return Err(CoreError::InvalidArgument {
+                op: "rope",
+                message: format!("{half} frequencies do not fit head dim {d}"),
+            }
+            .into());
+        }
+        let (cos, sin) = cache.tables(self, start, t, self.dtype(x))?;
+        self.rope_with_tables(x, &cos, &sin)
+    }
+
+    /// The rotation of [`rope`](Self::rope) with its tables given: `cos` and `sin` are
+    /// `[t, half]` in `x`'s dtype for `x` of shape `[b, h, t, d]`, `2 * half <= d`.
+    fn rope_with_tables(
+        &self,
+        x: &Self::Array,
+        cos: &Self::Array,
+        sin: &Self::Array,
+    ) -> Result<Self::Array, Self::Error> {
+        let shape = self.shape(x);
+        let table = self.shape(cos);
+        let ([_, _, t, d], [tt, half]) = (&shape[..], &table[..]) else {
+            return Err(CoreError::ShapeMismatch {
+                op: "rope",
+                lhs: shape,
+                rhs: table,
+            }
+            .into());
+        };
+        let (d, half) = (*d, *half);
+        if t != tt || 2 * half > d || self.shape(sin) != table {
+            return Err(CoreError::ShapeMismatch {
+                op: "rope",
+                lhs: shape,
+                rhs: table,
+            }
+            .into());
+        }
+        let rot = 2 * half;
         let x1 = self.slice(x, 3, 0, half)?;
         let x2 = self.slice(x, 3, half, half)?;
-        let r1 = self.sub(&self.mul(&x1, &cos)?, &self.mul(&x2, &sin)?)?;
-        let r2 = self.add(&self.mul(&x2, &cos)?, &self.mul(&x1, &sin)?)?;
+        let r1 = self.sub(&self.mul(&x1, cos)?, &self.mul(&x2, sin)?)?;
+        let r2 = self.add(&self.mul(&x2, cos)?, &self.mul(&x1, sin)?)?;
         if rot == d {
             self.concat(&[&r1, &r2], 3)
         } else {
@@ -839,12 +834,53 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
     /// `hkv` (query head `i` reads KV head `i / (hq / hkv)`); returns `[b, hq, tq, dv]`.
     /// Scores are `scale * q k^T` plus the [`AttentionMask`]; a query that sees no key at all
     /// gets zeros.
+    ///
+    /// The default prepares the mask ([`AttentionBias::new`]: no table when every key is
+    /// visible) and calls [`attention_with_bias`](Self::attention_with_bias). A model that runs
+    /// many layers with one mask prepares it once instead (`ForwardMasks`).
     fn attention(
         &self,
         q: &Self::Array,
         k: &Self::Array,
         v: &Self::Array,
         mask: &AttentionMask,
+        scale: f32,
+    ) -> Result<Self::Array, Self::Error> {
+        let (qs, ks) = (self.shape(q), self.shape(k));
+        let (Some(&tq), Some(&tk)) = (qs.get(2), ks.get(2)) else {
+            return Err(CoreError::ShapeMismatch {
+                op: "attention",
+                lhs: qs,
+                rhs: ks,
+            }
+            .into());
+        };
+        let bias = AttentionBias::new(self, *mask, tq, tk, self.dtype(q))?;
+        self.attention_with_bias(q, k, v, &bias, scale)
+    }
+
+    /// The additive `[tq, tk]` table of `mask` (`0` where a key is visible, `-inf` elsewhere) in
+    /// `dtype`, for [`AttentionBias::new`]. The default builds it on the host
+    /// ([`AttentionMask::to_additive`]) and uploads it; a backend may build it on the device.
+    fn mask_table(
+        &self,
+        mask: &AttentionMask,
+        tq: usize,
+        tk: usize,
+        dtype: DType,
+    ) -> Result<Self::Array, Self::Error> {
+        self.from_f32(&mask.to_additive(tq, tk), &[tq, tk], dtype)
+    }
+
+    /// [`attention`](Self::attention) with the mask already prepared for this shape: the
+    /// prepared table (if any) is broadcast over batch and heads, and rows that see no key are
+    /// zeroed only when the bias says some exist.
+    fn attention_with_bias(
+        &self,
+        q: &Self::Array,
+        k: &Self::Array,
+        v: &Self::Array,
+        bias: &AttentionBias<Self>,
         scale: f32,
     ) -> Result<Self::Array, Self::Error> {
         let qs = self.shape(q);
@@ -860,7 +896,8 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
             .into());
         };
         let consistent = b == kb && b == vb && d == kd && hkv == vh && tk == vt;
-        if !consistent || *hkv == 0 || hq % hkv != 0 {
+        let fits = bias.tq() == *tq && bias.tk() == *tk;
+        if !consistent || !fits || *hkv == 0 || hq % hkv != 0 {
             return Err(CoreError::ShapeMismatch {
                 op: "attention",
                 lhs: qs,
@@ -873,20 +910,25 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
         // Fold the query heads of one KV head into the row axis: [b, hkv, groups * tq, d].
         let qg = self.reshape(q, &[b, hkv, groups * tq, d])?;
         let kt = self.transpose(k, 2, 3)?;
-        let scores = self.affine(&self.matmul(&qg, &kt)?, scale, 0.0)?;
-        let base = mask.to_additive(tq, tk);
-        let mut tiled = Vec::with_capacity(groups * base.len());
-        for _ in 0..groups {
-            tiled.extend_from_slice(&base);
-        }
+        let mut scores = self.affine(&self.matmul(&qg, &kt)?, scale, 0.0)?;
         let dtype = self.dtype(&scores);
-        let additive = self.from_f32(&tiled, &[groups * tq, tk], dtype)?;
-        let masked = self.add(&scores, &additive)?;
-        let probs = self.softmax(&masked, 3)?;
-        // Rows with no visible key are NaN after softmax (-inf - -inf); zero them.
-        let finite = self.compare(&probs, &probs, CompareOp::Eq)?;
-        let zeros = self.scalar(0.0, dtype)?;
-        let probs = self.where_cond(&finite, &probs, &zeros)?;
+        if let Some(table) = bias.table() {
+            // [b * hkv * groups, tq, tk] + [tq, tk]: the one table serves every head.
+            let rows = self.reshape(&scores, &[b * hkv * groups, tq, tk])?;
+            let table = if self.dtype(table) == dtype {
+                table.clone()
+            } else {
+                self.cast(table, dtype)?
+            };
+            scores = self.reshape(&self.add(&rows, &table)?, &[b, hkv, groups * tq, tk])?;
+        }
+        let mut probs = self.softmax(&scores, 3)?;
+        if bias.has_blind_rows() {
+            // Rows with no visible key are NaN after softmax (-inf - -inf); zero them.
+            let finite = self.compare(&probs, &probs, CompareOp::Eq)?;
+            let zeros = self.scalar(0.0, dtype)?;
+            probs = self.where_cond(&finite, &probs, &zeros)?;
+        }
         let out = self.matmul(&probs, v)?;
         self.reshape(&out, &[b, hq, tq, dv])
     }

@@ -5,6 +5,9 @@
 //! * [`Backend`] — the array contract every backend implements, with fused ops that have
 //!   portable default bodies (override one to add a kernel);
 //! * [`reference::ReferenceBackend`] — plain Rust over `Vec<f32>`, the oracle of every parity test;
+//! * [`attention`] — attention masks, prepared once per forward and left out when every key is
+//!   visible;
+//! * [`rotary`] — rotary-embedding tables built once per model;
 //! * [`cache`] — full and sliding-window KV caches with an exact speculation transaction
 //!   (begin → write → commit(n)), isolated forks and read-only views;
 //! * [`model`] — the target and MTP drafter traits that models implement once over a backend;
@@ -24,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod acceptance;
+pub mod attention;
 pub mod backend;
 pub mod cache;
 mod dtype;
@@ -34,13 +38,16 @@ pub mod options;
 pub mod proposer;
 pub mod quant;
 pub mod reference;
+pub mod rotary;
 pub mod sampling;
 pub mod schedule;
 pub mod testing;
 
+pub use attention::{AttentionBias, ForwardMasks};
 pub use backend::{
     AttentionMask, Backend, BinaryOp, Causality, CompareOp, Execution, ReduceOp, RopeTables,
     SortOrder, UnaryOp,
 };
 pub use dtype::DType;
 pub use error::{CoreError, CoreResult};
+pub use rotary::RopeCache;

@@ -13,14 +13,24 @@ use mtp_core::schedule::ScheduleKind;
 use mtp_core::testing::{TinyConfig, TinyDrafter, TinyDrafterConfig};
 use mtp_core::Backend;
 
-fn sampled_request(seed: u64, n: usize) -> GenerateRequest {
-    let mut r = GenerateRequest::greedy(vec![1, 2, 3], n);
-    r.sampling = SamplerOptions {
+fn plain_sampling() -> SamplerOptions {
+    SamplerOptions {
         temperature: 1.0,
         top_k: 0,
         top_p: 1.0,
-        seed: Some(seed),
         ..SamplerOptions::default()
+    }
+}
+
+fn sampled_request(seed: u64, n: usize) -> GenerateRequest {
+    sampled_request_with(plain_sampling(), seed, n)
+}
+
+fn sampled_request_with(sampling: SamplerOptions, seed: u64, n: usize) -> GenerateRequest {
+    let mut r = GenerateRequest::greedy(vec![1, 2, 3], n);
+    r.sampling = SamplerOptions {
+        seed: Some(seed),
+        ..sampling
     };
     r.draft = draft(ScheduleKind::Constant, ValidationMode::Batched, 3);
     r
@@ -52,6 +62,26 @@ fn seeded_sampled_runs_repeat_exactly() {
 
 #[test]
 fn sampled_mtp_emits_the_target_distribution() {
+    emits_the_target_distribution(plain_sampling(), 20_000);
+}
+
+/// Top-k with penalties that only lower logits: the engine reads each row's
+/// `top_k + repeat_last_n` best logits after a device-side top-k (`top_candidates`, 5 of 6
+/// here) instead of the whole row; the emitted tokens must still follow the target.
+#[test]
+fn sampled_mtp_with_device_top_k_and_penalties_emits_the_target_distribution() {
+    let sampling = SamplerOptions {
+        top_k: 2,
+        repeat_penalty: 1.5,
+        presence_penalty: 0.3,
+        repeat_last_n: 3,
+        ..plain_sampling()
+    };
+    assert_eq!(sampling.top_candidates(6), Some(5));
+    emits_the_target_distribution(sampling, 10_000);
+}
+
+fn emits_the_target_distribution(sampling: SamplerOptions, draws: u64) {
     let b = B::default();
     let config = TinyConfig {
         vocab: 6,
@@ -65,7 +95,7 @@ fn sampled_mtp_emits_the_target_distribution() {
     let vocab = 6;
 
     // Expected joint distribution of the first two tokens: p(t1) p(t2 | t1).
-    let probe = sampled_request(0, 2);
+    let probe = sampled_request_with(sampling.clone(), 0, 2);
     let sampler = Sampler::new(probe.sampling.clone(), &probe.prompt).unwrap();
     let next_dist = |tokens: &[u32]| {
         let mut caches = t.new_caches(&b).unwrap();
@@ -88,13 +118,12 @@ fn sampled_mtp_emits_the_target_distribution() {
         }
     }
 
-    let draws = 20_000;
     let mut counts = vec![0usize; vocab * vocab];
     let mut accepted = 0;
     for seed in 0..draws {
         let out = engine
             .generate(
-                &sampled_request(seed, 5),
+                &sampled_request_with(sampling.clone(), seed, 5),
                 &mut DiscardSink,
                 &CancelToken::new(),
             )
@@ -103,6 +132,12 @@ fn sampled_mtp_emits_the_target_distribution() {
         accepted += out.mtp.map_or(0, |s| s.accepted);
     }
     assert!(accepted > 0, "the drafter never got a token accepted");
+    for (cell, (&n, &p)) in counts.iter().zip(&expected).enumerate() {
+        assert!(
+            p > 0.0 || n == 0,
+            "pair {cell} has probability 0 but was drawn {n} times"
+        );
+    }
     let (chi2, dof, p_value) = common::chi2::chi_square(&counts, &expected, draws as usize);
     assert!(
         p_value > 0.01,

@@ -221,20 +221,15 @@ fn first_token_matches_target_for_every_config() {
             "{name}: the test needs a draft that differs from the target"
         );
         let (counts, accepted) = first_token_counts(&options, verify_sampled, 1000 + seed as u64);
-        let pv = chi_square_p_value(&counts, p.probs());
+        let pv = chi_square_p_value(&counts, &p.dense());
         assert!(
             pv > 0.01,
             "{name}: χ² p-value {pv}, counts {counts:?}, p {:?}",
-            p.probs()
+            p.dense()
         );
 
         // First-position acceptance rate = Σ_x min(p(x), q(x)).
-        let alpha: f64 = p
-            .probs()
-            .iter()
-            .zip(q.probs())
-            .map(|(a, b)| a.min(*b))
-            .sum();
+        let alpha: f64 = p.dense().iter().zip(q.dense()).map(|(a, b)| a.min(b)).sum();
         let rate = accepted as f64 / TRIALS as f64;
         let se = (alpha * (1.0 - alpha) / TRIALS as f64).sqrt();
         assert!(
@@ -340,7 +335,7 @@ fn broken_rules_are_rejected() {
             ..AcceptanceRules::default()
         };
         let (counts, _) = first_token_counts(&options, rules.sampled, 4242);
-        let pv = chi_square_p_value(&counts, target.probs());
+        let pv = chi_square_p_value(&counts, &target.dense());
         assert!(pv < 1e-6, "{name}: the wrong rule passed with p-value {pv}");
     }
 }

@@ -12,6 +12,7 @@ fn main() -> ExitCode {
     cli::console::install();
     let cli = Cli::parse();
     cli::logging::init(cli.verbose);
+    cli::threads::apply(cli.command.threads());
     let result = match cli.command {
         Command::Generate(args) => cli::generate::run(args),
         Command::Bench(args) => cli::bench::run(args),

@@ -88,8 +88,46 @@ fn plain_greedy_continuation_matches_hf<B: Backend>(b: &B) {
     }
 }
 
+/// Masks are built once per forward per geometry, never per layer: a decode step builds at most
+/// one (the sliding store layer's ring keeps one position more than its window, for the
+/// assistant), a verify-shaped forward at most three (full, sliding, sliding store).
+fn masks_are_built_once_per_forward_per_kind<B: Backend>(b: &B) {
+    use mtp_core::attention::mask_tables_built;
+    let Some(cases) = cases() else { return };
+    for dir in cases {
+        let case = name(&dir);
+        let prompt = Reference::open(&dir).ids("prompt_ids");
+        let (target, _) = load_pair(b, &dir);
+        let mut caches = target.new_caches(b).unwrap();
+        target
+            .forward(b, &ids_array(b, &prompt[..2]), 0, &mut caches)
+            .unwrap();
+        for (p, &id) in prompt.iter().enumerate().skip(2) {
+            let before = mask_tables_built();
+            target
+                .forward(b, &ids_array(b, &[id]), p, &mut caches)
+                .unwrap();
+            let built = mask_tables_built() - before;
+            assert!(
+                built <= 1,
+                "{case}: a decode step at {p} built {built} masks"
+            );
+        }
+        let before = mask_tables_built();
+        target
+            .forward(b, &ids_array(b, &prompt[..3]), prompt.len(), &mut caches)
+            .unwrap();
+        let built = mask_tables_built() - before;
+        assert!(
+            (1..=3).contains(&built),
+            "{case}: a 3-token forward built {built} masks"
+        );
+    }
+}
+
 per_backend!(
     prefill_logits_and_hidden_match_hf,
     token_by_token_decode_matches_prefill_logits,
-    plain_greedy_continuation_matches_hf
+    plain_greedy_continuation_matches_hf,
+    masks_are_built_once_per_forward_per_kind
 );

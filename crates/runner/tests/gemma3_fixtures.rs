@@ -152,8 +152,38 @@ fn greedy_matches_hf<B: Backend>(b: &B) {
     }
 }
 
+/// Attention masks cost nothing on a decode step and one table per layer kind on a verify-shaped
+/// forward (not one per layer): the count of tables built on this thread tells.
+fn decode_builds_no_mask_and_verify_one_per_kind<B: Backend>(b: &B) {
+    use mtp_core::attention::mask_tables_built;
+    let model = load(b, &fixture("gemma3/tiny/hf"));
+    let prompt = &runs("tiny")[0].prompt;
+    let mut caches = model.new_caches(b).unwrap();
+    model
+        .forward(b, &ids_array(b, &prompt[..2]), 0, &mut caches)
+        .unwrap();
+    let before = mask_tables_built();
+    // Single tokens, past the sliding window: full layers see every key, sliding ones their ring.
+    for (p, &id) in prompt.iter().enumerate().skip(2) {
+        model
+            .forward(b, &ids_array(b, &[id]), p, &mut caches)
+            .unwrap();
+    }
+    assert_eq!(mask_tables_built(), before, "a decode step built a mask");
+    let at = prompt.len();
+    model
+        .forward(b, &ids_array(b, &prompt[..3]), at, &mut caches)
+        .unwrap();
+    let built = mask_tables_built() - before;
+    assert!(
+        (1..=2).contains(&built),
+        "a 3-token forward built {built} masks (one per layer kind at most)"
+    );
+}
+
 per_backend!(
     prefill_logits_match_hf,
     incremental_decode_matches_hf,
-    greedy_matches_hf
+    greedy_matches_hf,
+    decode_builds_no_mask_and_verify_one_per_kind
 );

@@ -211,3 +211,76 @@ fn missing_metadata_is_an_error() {
         other => panic!("{other}"),
     }
 }
+
+/// A Q8_0 matrix stays quantized by default and decodes exactly under `--dequantize`
+/// (`StoredQuant::Dequantize`): `quantized` answers `None` and `array` returns the blocks'
+/// values, equal to mtp-core's exact decoder.
+#[test]
+fn stored_quantized_matrix_decodes_exactly_under_dequantize() {
+    use mtp_core::quant::{GgmlType, QuantTensor};
+    use mtp_core::Backend;
+    use runner::loading::{GgufArrays, StoredQuant};
+
+    // Two Q8_0 blocks (f16 scale, then 32 int8): scales 0.5 and -0.25.
+    let mut blocks = Vec::new();
+    for (scale, offset) in [(0x3800u16, 0i32), (0xb400u16, 7)] {
+        blocks.extend(scale.to_le_bytes());
+        blocks.extend((0..32).map(|i| ((i * 5 + offset) % 255 - 127) as i8 as u8));
+    }
+    let q8 = Tensor {
+        name: "blk.0.attn_q.weight".into(),
+        ggml_type: 8,
+        dims: vec![32, 2],
+        data: blocks.clone(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "q8.gguf", &small(3, "gemma3", &[q8]));
+    let file = GgufFile::open(&path).unwrap();
+    let b = ReferenceBackend::default();
+    let want = QuantTensor::ggml(GgmlType::Q8_0, 2, 32, blocks)
+        .unwrap()
+        .dequantize();
+    assert!(want.iter().any(|v| *v != 0.0));
+
+    let mut kept = GgufArrays::new(&b, &file, mtp_core::DType::F32);
+    assert!(kept
+        .quantized("blk.0.attn_q.weight", 2, 32)
+        .unwrap()
+        .is_some());
+    assert!(kept.array("blk.0.attn_q.weight", &[2, 32]).is_err());
+
+    let mut decoded =
+        GgufArrays::new(&b, &file, mtp_core::DType::F32).with_stored_quant(StoredQuant::Dequantize);
+    assert!(decoded
+        .quantized("blk.0.attn_q.weight", 2, 32)
+        .unwrap()
+        .is_none());
+    let dense = decoded.array("blk.0.attn_q.weight", &[2, 32]).unwrap();
+    assert_eq!(b.to_vec_f32(&dense).unwrap(), want);
+}
+
+/// The memory estimate of the real GGUF counts its quantized tensors as stored (246.6 MB, the
+/// bytes one decode step reads), or in f32 under `--dequantize`, and sizes the KV cache from the
+/// file's metadata (sliding layers keep their 512-token window).
+#[test]
+fn real_model_memory_estimate_counts_blocks_as_stored() {
+    use runner::loading::{estimate_memory, StoredQuant};
+    let Some(path) = real_model("real_model_memory_estimate_counts_blocks_as_stored") else {
+        return;
+    };
+    let file = GgufFile::open(&path).unwrap();
+    let stored: u64 = file.tensors().values().map(|t| t.len as u64).sum();
+    assert_eq!(stored, 246_587_904);
+    let kept = estimate_memory(&path, None, &LoadOptions::default(), 4096).unwrap();
+    assert_eq!(kept.weights, stored);
+    assert_eq!(kept.context, 4096);
+    // 18 layers, 1 KV head of 256, f32 keys and values: 3 full layers at 4096 positions, 15
+    // sliding ones at 513.
+    assert_eq!(kept.kv_cache, 2 * 256 * 4 * (3 * 4096 + 15 * 513));
+    let dequantized = LoadOptions {
+        stored_quant: StoredQuant::Dequantize,
+        ..LoadOptions::default()
+    };
+    let dense = estimate_memory(&path, None, &dequantized, 4096).unwrap();
+    assert_eq!(dense.weights, 268_098_176 * 4, "every element in f32");
+}

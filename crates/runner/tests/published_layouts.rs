@@ -164,16 +164,32 @@ fn memory_estimate_counts_the_text_weights_and_the_caches() {
         .filter(|(n, _)| !is_tower(n))
         .map(|(_, s)| s)
         .sum();
-    let f32_estimate = estimate_memory(&dir, None, DType::F32, 100).expect("estimate");
+    let f32_estimate =
+        estimate_memory(&dir, None, &LoadOptions::with_dtype(DType::F32), 100).expect("estimate");
     // The files are f32: the text weights' bytes, towers excluded.
     assert_eq!(f32_estimate.weights, text_bytes);
     // Layers 0 (sliding, window 8: 9 positions kept, 1 KV head of 16) and 1 (full, 100
     // positions, 1 KV head of 32) own caches; keys and values, 4 bytes each.
     assert_eq!(f32_estimate.kv_cache, 2 * 4 * (9 * 16 + 100 * 32));
     assert_eq!(f32_estimate.context, 100);
-    let bf16 = estimate_memory(&dir, None, DType::BF16, 1 << 20).expect("estimate");
+    let bf16 = estimate_memory(&dir, None, &LoadOptions::with_dtype(DType::BF16), 1 << 20)
+        .expect("estimate");
     assert_eq!(bf16.weights, text_bytes / 2);
     assert_eq!(bf16.context, 256, "capped at max_position_embeddings");
+    // --quantize q8: every matrix whose rows are whole 32-blocks becomes 34 bytes per 32
+    // weights; the rest stays f32.
+    let q8 = LoadOptions {
+        quantize: Some(mtp_core::quant::QuantScheme::Q8),
+        ..LoadOptions::with_dtype(DType::F32)
+    };
+    let q8_estimate = estimate_memory(&dir, None, &q8, 100).expect("estimate");
+    assert!(
+        q8_estimate.weights < f32_estimate.weights
+            && q8_estimate.weights * 4 > f32_estimate.weights,
+        "q8 {} vs f32 {}",
+        q8_estimate.weights,
+        f32_estimate.weights
+    );
     // The bf16 checkpoint runs in f32 on CPU backends.
     let sharded = fixture_root().join("mm_e2b_bf16_sharded/target");
     assert_eq!(auto_dtype(&B::default(), &sharded).unwrap(), DType::F32);

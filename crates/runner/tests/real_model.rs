@@ -11,27 +11,32 @@
 //! Why not bit-identical: llama.cpp and candle multiply a Q4_K / Q5_0 / Q6_K / Q8_0 weight by
 //! first quantizing the activation row to 8 bits (Q8_K / Q8_0 blocks) and summing integer dot
 //! products; the order of the float sums and the thread split differ between the two
-//! libraries. Logits therefore agree to a few hundredths, not to the last bit, and a greedy
-//! continuation can take the other branch where two tokens are within that distance.
+//! libraries; llama.cpp also keeps its KV cache in f16. Logits therefore differ by tenths (up to
+//! 2.4 here), and a greedy continuation can take the other branch at a near-tie. With the
+//! weights decoded exactly (`--dequantize`) the model matches HF transformers running the same
+//! GGUF to 1e-4 (`gemma3_270m_hf_transformers.json`, `tools/real_models/record_hf_gguf.py`).
 
 mod common;
 mod gguf_support;
 
 use common::ids_array;
-use gguf_support::{llama_cpp_reference, real_model};
+use gguf_support::{hf_transformers_reference, llama_cpp_reference, real_model};
 use mtp_core::engine::{CancelToken, DiscardSink, GenerateRequest};
 use mtp_core::model::TargetModel;
 use mtp_core::options::{DraftOverrides, ValidationMode};
 use mtp_core::proposer::NgramOptions;
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::Backend;
-use runner::loading::LoadOptions;
+use runner::loading::{LoadOptions, StoredQuant};
 use runner::{ModelPaths, Pipeline, PromptFormat};
 
 /// |our logit − llama.cpp's| for llama.cpp's top-5 tokens, at every position of the 10 recorded
 /// prompts and continuations (logits are about 15..30 here). Measured on candle-cpu: see
 /// [`matches_llama_cpp`]. This bounds today's agreement; it is not the goal (issue 15 asks
-/// for greedy continuations identical on 90 % of the prompts, which is not reached yet).
+/// for greedy continuations identical on 90 % of the prompts, which is not reached yet). For
+/// scale: HF transformers on the same file, dequantized, is up to 3.1 from llama.cpp's logits
+/// and greedy-identical to it on 7/10 prompts, while our dequantized model is within 1e-4 of HF
+/// ([`dequantized_matches_hf_transformers`]).
 const LOGIT_TOLERANCE: f32 = 3.0;
 /// A top-1 flip is allowed only where llama.cpp's own top-1/top-2 margin is below this.
 const FLIP_MARGIN: f32 = 1.0;
@@ -51,8 +56,7 @@ struct Case {
     top5: Vec<Vec<(u32, f32)>>,
 }
 
-fn cases() -> Vec<Case> {
-    let reference = llama_cpp_reference();
+fn cases(reference: &serde_json::Value) -> Vec<Case> {
     let ids = |v: &serde_json::Value| -> Vec<u32> {
         v.as_array()
             .expect("ids")
@@ -66,7 +70,7 @@ fn cases() -> Vec<Case> {
         .iter()
         .map(|p| Case {
             name: p["name"].as_str().expect("name").to_string(),
-            text: p["text"].as_str().expect("text").to_string(),
+            text: p["text"].as_str().unwrap_or_default().to_string(),
             prompt_ids: ids(&p["prompt_ids"]),
             greedy_ids: ids(&p["greedy_ids"]),
             top5: p["top5"]
@@ -91,13 +95,21 @@ fn cases() -> Vec<Case> {
 }
 
 fn load<B: Backend>(backend: B, test: &str) -> Option<Pipeline<B>> {
+    load_with(backend, test, StoredQuant::Keep)
+}
+
+fn load_with<B: Backend>(backend: B, test: &str, stored: StoredQuant) -> Option<Pipeline<B>> {
     let path = real_model(test)?;
     let paths = ModelPaths {
         target: path,
         drafter: None,
         tokenizer: None,
     };
-    let pipeline = Pipeline::load(backend, &paths, &LoadOptions::default())
+    let options = LoadOptions {
+        stored_quant: stored,
+        ..LoadOptions::default()
+    };
+    let pipeline = Pipeline::load(backend, &paths, &options)
         .unwrap_or_else(|e| panic!("the real model loads: {e}"));
     Some(pipeline.with_ngram(Some(NgramOptions::default())))
 }
@@ -142,82 +154,139 @@ fn greedy<B: Backend>(
     (response.tokens, accepted)
 }
 
-/// Tokenization, the logits of llama.cpp's top-5 at every position, and the greedy
-/// continuations. Everything is measured and printed before the bounds are checked.
-fn matches_llama_cpp<B: Backend>(backend: B, test: &str) {
-    let Some(pipeline) = load(backend, test) else {
-        return;
+/// How our logits and greedy continuations agree with a reference's.
+#[derive(Debug)]
+struct Agreement {
+    /// max |ours − theirs| over the reference's top-5 logits at every position.
+    worst: f32,
+    positions: usize,
+    top1_agree: usize,
+    /// (prompt, position, the reference's top-1/top-2 margin) where our top-1 differs.
+    flips: Vec<(String, usize, f32)>,
+    /// Prompts whose greedy continuation equals the reference's, of `prompts`.
+    identical: usize,
+    prompts: usize,
+}
+
+/// Our logits of the reference's top-5 at every position of each prompt and its recorded
+/// continuation (one forward over it), and our greedy continuations. With `text`, the prompt
+/// is also encoded by our tokenizer and checked against the recorded ids.
+fn agreement<B: Backend>(pipeline: &Pipeline<B>, cases: &[Case], text: Encode) -> Agreement {
+    let mut a = Agreement {
+        worst: 0.0,
+        positions: 0,
+        top1_agree: 0,
+        flips: Vec::new(),
+        identical: 0,
+        prompts: cases.len(),
     };
-    let cases = cases();
-    let (mut worst, mut top1_agree, mut positions) = (0f32, 0usize, 0usize);
-    let (mut flips, mut identical) = (Vec::new(), 0usize);
-    for case in &cases {
-        let ids = pipeline
-            .encode(&case.text, PromptFormat::Raw)
-            .expect("encode");
-        assert_eq!(ids, case.prompt_ids, "{}: prompt ids", case.name);
+    for case in cases {
+        if text == Encode::Check {
+            let ids = pipeline
+                .encode(&case.text, PromptFormat::Raw)
+                .expect("encode");
+            assert_eq!(ids, case.prompt_ids, "{}: prompt ids", case.name);
+        }
         let n = case.greedy_ids.len();
-        let fed: Vec<u32> = ids
+        let fed: Vec<u32> = case
+            .prompt_ids
             .iter()
             .chain(&case.greedy_ids[..n - 1])
             .copied()
             .collect();
         assert_eq!(case.top5.len(), fed.len(), "{}: top-5 rows", case.name);
-        let (logits, vocab) = prompt_logits(&pipeline, &fed);
+        let (logits, vocab) = prompt_logits(pipeline, &fed);
         for (pos, top5) in case.top5.iter().enumerate() {
             let row = &logits[pos * vocab..(pos + 1) * vocab];
             for &(id, theirs) in top5 {
-                worst = worst.max((row[id as usize] - theirs).abs());
+                a.worst = a.worst.max((row[id as usize] - theirs).abs());
             }
             let ours_top1 = row
                 .iter()
                 .enumerate()
-                .max_by(|a, b| a.1.total_cmp(b.1))
+                .max_by(|x, y| x.1.total_cmp(y.1))
                 .map(|(i, _)| i as u32);
-            positions += 1;
+            a.positions += 1;
             if ours_top1 == Some(top5[0].0) {
-                top1_agree += 1;
+                a.top1_agree += 1;
             } else {
-                flips.push((case.name.clone(), pos, top5[0].1 - top5[1].1));
+                a.flips
+                    .push((case.name.clone(), pos, top5[0].1 - top5[1].1));
             }
         }
-        let (plain, _) = greedy(&pipeline, &ids, n, None);
+        let (plain, _) = greedy(pipeline, &case.prompt_ids, n, None);
         if plain == case.greedy_ids {
-            identical += 1;
+            a.identical += 1;
         } else {
             let at = plain
                 .iter()
                 .zip(&case.greedy_ids)
-                .position(|(a, b)| a != b)
+                .position(|(x, y)| x != y)
                 .unwrap_or(n);
             eprintln!(
-                "{}: greedy differs from llama.cpp at token {at} (ours {:?}, llama.cpp {:?})",
+                "{}: greedy differs at token {at} (ours {:?}, reference {:?})",
                 case.name,
                 plain.get(at),
                 case.greedy_ids.get(at)
             );
         }
     }
-    eprintln!(
-        "{test}: logits of llama.cpp's top-5 within {worst:.4} over {positions} positions; top-1 \
-         agrees at {top1_agree}/{positions} (flips at llama.cpp margins {flips:?}); greedy 32 \
-         tokens identical on {identical}/{} prompts",
-        cases.len()
-    );
-    assert!(
-        worst <= LOGIT_TOLERANCE,
-        "max |logit diff| {worst} > {LOGIT_TOLERANCE}"
-    );
-    for (name, pos, margin) in &flips {
-        assert!(
-            *margin <= FLIP_MARGIN,
-            "{name} position {pos}: top-1 differs from llama.cpp's, whose margin is {margin}"
+    a
+}
+
+/// Whether [`agreement`] also checks our tokenizer against the recorded prompt ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encode {
+    Check,
+    Skip,
+}
+
+impl Agreement {
+    fn print(&self, test: &str, reference: &str) {
+        eprintln!(
+            "{test}: logits of {reference}'s top-5 within {:.4} over {} positions; top-1 agrees \
+             at {}/{} (flips at {reference} margins {:?}); greedy 32 tokens identical on {}/{} \
+             prompts",
+            self.worst,
+            self.positions,
+            self.top1_agree,
+            self.positions,
+            self.flips,
+            self.identical,
+            self.prompts
         );
     }
+
+    /// Every top-1 flip is where the reference's own margin is at most `margin`.
+    fn assert_flips_within(&self, margin: f32) {
+        for (name, pos, m) in &self.flips {
+            assert!(
+                *m <= margin,
+                "{name} position {pos}: top-1 differs from the reference's, whose margin is {m}"
+            );
+        }
+    }
+}
+
+/// Tokenization, the logits of llama.cpp's top-5 at every position, and the greedy
+/// continuations. Everything is measured and printed before the bounds are checked.
+fn matches_llama_cpp<B: Backend>(backend: B, test: &str) {
+    let Some(pipeline) = load(backend, test) else {
+        return;
+    };
+    let a = agreement(&pipeline, &cases(&llama_cpp_reference()), Encode::Check);
+    a.print(test, "llama.cpp");
     assert!(
-        identical >= GREEDY_IDENTICAL_AT_LEAST,
-        "greedy identical on only {identical} of {} prompts",
-        cases.len()
+        a.worst <= LOGIT_TOLERANCE,
+        "max |logit diff| {} > {LOGIT_TOLERANCE}",
+        a.worst
+    );
+    a.assert_flips_within(FLIP_MARGIN);
+    assert!(
+        a.identical >= GREEDY_IDENTICAL_AT_LEAST,
+        "greedy identical on only {} of {} prompts",
+        a.identical,
+        a.prompts
     );
 }
 
@@ -226,6 +295,75 @@ fn candle_cpu_matches_llama_cpp() {
     matches_llama_cpp(
         backend_candle::CandleBackend::cpu(),
         "candle_cpu_matches_llama_cpp",
+    );
+}
+
+/// |ours − HF| over HF's top-5 logits at every position, with the GGUF decoded exactly
+/// (`--dequantize`) on both sides: f32 sums in a different order, nothing else. Measured on
+/// candle-cpu: within 1e-4 at all 613 positions (logits of 15..30), top-1 equal at all of them,
+/// greedy identical on 10/10 prompts.
+const DEQUANTIZED_TOLERANCE: f32 = 1e-3;
+/// A top-1 flip against HF is allowed only at a near-exact tie of HF's own logits.
+const DEQUANTIZED_FLIP_MARGIN: f32 = 1e-3;
+
+/// The model on the real weights, decoded exactly, against HF transformers running the same
+/// GGUF dequantized to f32 (`tools/real_models/record_hf_gguf.py`): the logits agree to f32
+/// rounding and so do the greedy continuations, on every prompt. This is the model's
+/// correctness on the real checkpoint; the distance to llama.cpp is the distance between two
+/// different computations (llama.cpp rounds every activation row to 8 bits before a quantized
+/// matmul and keeps its KV cache in f16), which HF transformers shows too (the llama.cpp
+/// fixture against the HF one, printed below: greedy identical on 7/10 prompts, first
+/// differences at tokens 4, 9 and 27).
+#[test]
+fn dequantized_matches_hf_transformers() {
+    let test = "dequantized_matches_hf_transformers";
+    let Some(pipeline) = load_with(
+        backend_candle::CandleBackend::cpu(),
+        test,
+        StoredQuant::Dequantize,
+    ) else {
+        return;
+    };
+    let hf = cases(&hf_transformers_reference());
+    let a = agreement(&pipeline, &hf, Encode::Skip);
+    a.print(test, "HF transformers");
+    print_llama_cpp_against_hf(&hf);
+    assert!(
+        a.worst <= DEQUANTIZED_TOLERANCE,
+        "max |logit diff| {} > {DEQUANTIZED_TOLERANCE}",
+        a.worst
+    );
+    a.assert_flips_within(DEQUANTIZED_FLIP_MARGIN);
+    assert_eq!(
+        a.identical, a.prompts,
+        "greedy identical to HF transformers"
+    );
+}
+
+/// How far llama.cpp's recorded run is from HF transformers' on the same file: the greedy
+/// prefix they share per prompt (context for [`GREEDY_IDENTICAL_AT_LEAST`]).
+fn print_llama_cpp_against_hf(hf: &[Case]) {
+    let llama = cases(&llama_cpp_reference());
+    let mut identical = 0;
+    let shared: Vec<(String, usize)> = llama
+        .iter()
+        .zip(hf)
+        .map(|(l, h)| {
+            assert_eq!(l.prompt_ids, h.prompt_ids, "{}: same prompt ids", l.name);
+            let n = l
+                .greedy_ids
+                .iter()
+                .zip(&h.greedy_ids)
+                .take_while(|(x, y)| x == y)
+                .count();
+            identical += usize::from(n == l.greedy_ids.len());
+            (l.name.clone(), n)
+        })
+        .collect();
+    eprintln!(
+        "llama.cpp vs HF transformers on the same GGUF: greedy identical on {identical}/{} \
+         prompts; shared prefix per prompt {shared:?}",
+        llama.len()
     );
 }
 
@@ -260,7 +398,7 @@ fn greedy_prompt_lookup_is_plain_serially_and_differs_only_at_near_ties_batched(
     // Four prompts (two that repeat themselves, two open-ended) keep CI's time down; all ten with
     // MTP_REAL_PROMPTS=all.
     let all = std::env::var("MTP_REAL_PROMPTS").is_ok_and(|v| v == "all");
-    let cases: Vec<Case> = cases()
+    let cases: Vec<Case> = cases(&llama_cpp_reference())
         .into_iter()
         .filter(|c| all || ["story", "list", "repetition", "turns"].contains(&c.name.as_str()))
         .collect();

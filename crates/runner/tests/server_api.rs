@@ -1,10 +1,12 @@
 //! `mtp serve`'s HTTP APIs on the committed default pair (candle CPU, MTP on): every endpoint
 //! streaming and not, greedy text equal to what the pipeline (`mtp generate`) produces, errors in
 //! each API's shape, stop strings across speculative rounds, client disconnects, a busy queue,
-//! API keys, a fuzzed-body run (no 5xx, no panic), and a real TCP server with graceful shutdown.
-//! Requests go through the router in-process (`tower::ServiceExt::oneshot`) except the TCP test.
+//! API keys, a fuzzed-body run (no 5xx, no panic), a real TCP server with graceful shutdown, and
+//! 32 concurrent streaming clients over sockets beside one killed mid-stream. Requests go
+//! through the router in-process (`tower::ServiceExt::oneshot`) except the TCP tests.
 
-use std::path::Path;
+mod server_support;
+
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -17,24 +19,15 @@ use http_body_util::BodyExt;
 use mtp_core::engine::{CancelToken, DiscardSink, GenerateRequest};
 use runner::server::{
     self, AppState, EngineHandle, EventReceiver, FinishReason, GenerationEvent, GenerationJob,
-    ModelInfo, ServerConfig, SubmitError, WorkerEngine, WorkerOptions,
+    ModelInfo, ServerConfig, SubmitError, WorkerEngine,
 };
 use runner::tokenizer::{ChatMessage, ChatOptions, ChatTemplate, Tokenizer};
-use runner::{ModelPaths, Pipeline, PromptFormat};
+use runner::{Pipeline, PromptFormat};
 use serde_json::{json, Value};
+use server_support::{call, pair, worker, NAME};
 use tower::ServiceExt;
 
-const NAME: &str = "default";
 const PROMPT: &str = "In the beginning God created";
-
-fn pair() -> ModelPaths {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
-    ModelPaths {
-        target: dir.join("target"),
-        drafter: Some(dir.join("assistant")),
-        tokenizer: None,
-    }
-}
 
 /// The pipeline `mtp generate` runs, for reference outputs.
 fn pipeline() -> &'static Mutex<Pipeline<CandleBackend>> {
@@ -115,25 +108,6 @@ struct Server {
     ends: Arc<Mutex<Vec<(FinishReason, usize)>>>,
 }
 
-/// A worker over the default pair on candle's CPU.
-fn worker(queue: usize) -> WorkerEngine {
-    WorkerEngine::spawn(
-        &pair(),
-        WorkerOptions {
-            name: NAME.into(),
-            queue_depth: queue,
-            env: Default::default(),
-        },
-        |seat| {
-            seat.run(
-                Pipeline::load(CandleBackend::cpu(), &pair(), &Default::default())
-                    .map_err(Into::into),
-            )
-        },
-    )
-    .unwrap()
-}
-
 fn start(config: ServerConfig, queue: usize) -> Server {
     let worker = worker(queue);
     let ends = Arc::new(Mutex::new(Vec::new()));
@@ -158,24 +132,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-async fn call(
-    router: &Router,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (StatusCode, String) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
-        .unwrap();
-    let response = router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8(bytes.to_vec()).unwrap())
 }
 
 fn json_of(text: &str) -> Value {
@@ -640,7 +596,7 @@ fn fuzzed_bodies_never_give_5xx() {
 
 #[test]
 fn a_tcp_server_serves_and_shuts_down_gracefully() {
-    use std::io::{Read, Write};
+    use std::io::Read;
     let s = shared();
     let rt = runtime();
     let _ = s;
@@ -652,21 +608,10 @@ fn a_tcp_server_serves_and_shuts_down_gracefully() {
             ..ServerConfig::default()
         },
     );
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let served = rt.spawn(server::serve(listener, state, async move {
-        let _ = stop_rx.await;
-    }));
+    let (addr, stop_tx, served) = serve_on_loopback(&rt, state);
     // A streaming request over a real socket, shut down mid-stream: it still ends with a final
     // object (cancelled after the grace period) and the server returns.
-    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
-    let body = json!({"model": NAME, "prompt": PROMPT, "raw": true,
-                      "options": {"temperature": 0, "num_predict": 1000}})
-    .to_string();
-    write!(tcp, "POST /api/generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).unwrap();
+    let mut tcp = send_generate(addr, PROMPT, 1000);
     std::thread::sleep(Duration::from_millis(300));
     let _ = stop_tx.send(());
     let mut text = String::new();
@@ -764,4 +709,142 @@ fn logprobs_under_speculation_are_the_targets() {
         let (status, _) = call(&s.router, "POST", "/v1/chat/completions", Some(body)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
     });
+}
+
+/// `state` served on a free loopback port: its address, the shutdown trigger and the task.
+fn serve_on_loopback(
+    rt: &tokio::runtime::Runtime,
+    state: AppState,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let served = rt.spawn(server::serve(listener, state, async move {
+        let _ = stop_rx.await;
+    }));
+    (addr, stop_tx, served)
+}
+
+/// A fresh socket to `addr` that has sent a streaming greedy `/api/generate` of `prompt` (raw)
+/// for `num_predict` tokens, `connection: close`.
+fn send_generate(
+    addr: std::net::SocketAddr,
+    prompt: &str,
+    num_predict: usize,
+) -> std::net::TcpStream {
+    use std::io::Write;
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(300)))
+        .unwrap();
+    let body = json!({"model": NAME, "prompt": prompt, "raw": true,
+                      "options": {"temperature": 0, "num_predict": num_predict}})
+    .to_string();
+    write!(tcp, "POST /api/generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).unwrap();
+    tcp
+}
+
+/// The body of a raw HTTP/1.1 response: headers stripped, chunked transfer decoded.
+fn http_body(response: &str) -> String {
+    let (head, mut rest) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end: {response}"));
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return rest.to_string();
+    }
+    let mut body = String::new();
+    loop {
+        let (size, after) = rest.split_once("\r\n").expect("chunk size line");
+        let size = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
+        if size == 0 {
+            return body;
+        }
+        body.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+}
+
+/// One streaming `/api/generate` request over a fresh socket; the whole raw response.
+fn stream_over_tcp(addr: std::net::SocketAddr, prompt: &str, num_predict: usize) -> String {
+    use std::io::Read;
+    let mut tcp = send_generate(addr, prompt, num_predict);
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// 32 concurrent streaming clients over real sockets, and one more killed mid-stream: every one
+/// of the 32 gets its complete greedy text, byte-identical to a solo run of the pipeline, with a
+/// final object; the killed client disturbs none of them (its job is cancelled at the next
+/// round and the queue moves on).
+#[test]
+fn thirty_two_concurrent_streams_get_their_exact_text_despite_a_killed_client() {
+    use std::io::Read;
+    const PROMPTS: [&str; 4] = [
+        "In the beginning God created",
+        "And the LORD spake unto Moses,",
+        "Blessed are the poor in spirit:",
+        "The LORD is my shepherd;",
+    ];
+    const N: usize = 24;
+    let expected: Vec<String> = PROMPTS
+        .iter()
+        .map(|p| reference(&raw_ids(p), N).0)
+        .collect();
+    let rt = runtime();
+    let ends = Arc::new(Mutex::new(Vec::new()));
+    let engine = Recording {
+        inner: worker(40),
+        ends: ends.clone(),
+    };
+    let state = AppState::new(Arc::new(engine), ServerConfig::default());
+    let (addr, stop_tx, served) = serve_on_loopback(&rt, state);
+
+    // The client that dies: a long generation, gone after its first bytes.
+    let mut killed = send_generate(addr, PROMPTS[0], 2000);
+    let mut first = [0u8; 64];
+    let got = killed.read(&mut first).unwrap();
+    assert!(got > 0, "the killed client saw its stream start");
+    killed.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(killed);
+
+    let clients: Vec<_> = (0..32)
+        .map(|i| std::thread::spawn(move || (i, stream_over_tcp(addr, PROMPTS[i % 4], N))))
+        .collect();
+    for client in clients {
+        let (i, response) = client.join().unwrap();
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "client {i}: {response}"
+        );
+        let lines = ndjson(&http_body(&response));
+        let text: String = lines
+            .iter()
+            .filter_map(|l| l["response"].as_str())
+            .collect();
+        let last = lines.last().expect("a final object");
+        assert_eq!(last["done"], true, "client {i}: {last}");
+        assert_eq!(text, expected[i % 4], "client {i}: text");
+    }
+    let ends = ends.lock().unwrap().clone();
+    assert_eq!(ends.len(), 33, "every job ended: {ends:?}");
+    let cancelled: Vec<_> = ends
+        .iter()
+        .filter(|(reason, _)| *reason == FinishReason::Cancelled)
+        .collect();
+    assert_eq!(cancelled.len(), 1, "only the killed client's job: {ends:?}");
+    assert!(cancelled[0].1 < 2000, "cancelled early: {ends:?}");
+    let _ = stop_tx.send(());
+    rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), served).await })
+        .expect("the server returns after shutdown")
+        .unwrap()
+        .unwrap();
 }

@@ -43,6 +43,18 @@ pub struct KvView<B: Backend> {
     pub start: usize,
 }
 
+impl<B: Backend> KvView<B> {
+    /// The number of positions in the view (the key columns).
+    pub fn len(&self, backend: &B) -> usize {
+        backend.shape(&self.keys).get(2).copied().unwrap_or(0)
+    }
+
+    /// Whether the view holds no position.
+    pub fn is_empty(&self, backend: &B) -> bool {
+        self.len(backend) == 0
+    }
+}
+
 /// A pair of key and value arrays.
 pub(crate) type KvPair<B> = (<B as Backend>::Array, <B as Backend>::Array);
 

@@ -153,6 +153,61 @@ fn rotating_update_returns_the_window_before_each_query() {
     );
 }
 
+/// Attention of `q` (`[1, HEADS, 1, DIM]`) at `position` over `view` with a window of `w`.
+fn attend(
+    b: &B,
+    q: &<B as Backend>::Array,
+    view: &KvView<B>,
+    position: usize,
+    w: usize,
+) -> Vec<f32> {
+    let mask = crate::AttentionMask::causal(position, view.start).with_window(Some(w));
+    b.to_vec_f32(
+        &b.attention(q, &view.keys, &view.values, &mask, 0.5)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn long_sliding_run_equals_naive_attention_bit_for_bit() {
+    // Many times the window, single-token steps with speculative rounds in between: every
+    // step's attention over the ring's zero-copy view equals attention over the whole history
+    // with the window as a mask, exactly (the view keeps chronological order).
+    let b = B::default();
+    let w = 5;
+    let mut ring = RotatingKvCache::<B>::new(w).unwrap();
+    let mut all = FullKvCache::<B>::new();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    while ring.len() < 12 * w {
+        let p = ring.len();
+        let salt = (p % 7) as f32 * 0.01;
+        let (k, v) = entries(&b, p, 1, salt);
+        let (q, _) = entries(&b, p, 1, salt + 0.5);
+        let before = crate::attention::mask_tables_built();
+        let got = attend(&b, &q, &ring.update(&b, &k, &v).unwrap(), p, w);
+        // A single query over exactly its window needs no mask.
+        assert_eq!(crate::attention::mask_tables_built(), before, "step {p}");
+        let want = attend(&b, &q, &all.update(&b, &k, &v).unwrap(), p, w);
+        assert_eq!(got, want, "step {p}");
+        if rng.random_bool(0.3) {
+            // A round of 1 + 2 writes, partly kept: only the slots written are saved.
+            ring.begin_speculation(&b).unwrap();
+            all.begin_speculation(&b).unwrap();
+            let n = ring.len();
+            for (first, t) in [(n, 1), (n + 1, 2)] {
+                let (k, v) = entries(&b, first, t, 0.3);
+                ring.update(&b, &k, &v).unwrap();
+                all.update(&b, &k, &v).unwrap();
+            }
+            assert_eq!(ring.saved_rows(&b), 3, "a round saves what it overwrites");
+            let keep = rng.random_range(0..=3);
+            ring.commit_speculation(&b, keep).unwrap();
+            all.commit_speculation(&b, keep).unwrap();
+        }
+    }
+}
+
 #[test]
 fn forks_are_isolated() {
     let b = B::default();

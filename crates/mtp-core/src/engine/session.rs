@@ -8,7 +8,7 @@ use super::GenerateRequest;
 use crate::cache::CacheSet;
 use crate::model::{TargetModel, TargetOutput};
 use crate::options::DecodeMode;
-use crate::sampling::Sampler;
+use crate::sampling::{HostRows, Sampler};
 use crate::{Backend, CoreError};
 
 /// One generation in progress.
@@ -165,9 +165,11 @@ impl<'s, B: Backend> Session<'s, B> {
             check_flags(&read[1..], row_position)?;
             first(read)?
         } else {
-            let row = self.backend.to_vec_f32(logits)?;
-            check_row(&row, row_position)?;
-            let dist = self.sampler.distribution(&row, &[])?;
+            let host = HostRows::read(self.backend, logits, self.sampler.options(), row_position)?;
+            if let Some(row) = host.dense() {
+                check_row(row, row_position)?;
+            }
+            let dist = self.sampler.distribution_of(host.row(0), &[])?;
             self.sampler.sample(&dist)
         };
         self.sampler.commit(&[id]);

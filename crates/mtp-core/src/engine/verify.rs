@@ -8,6 +8,7 @@ use super::speculative::{Proposal, SpeculativeRun};
 use crate::acceptance::{RoundEnd, SampledRound, Verdict};
 use crate::cache::{CacheSet, SpeculationSupport};
 use crate::options::{DecodeMode, ValidationMode};
+use crate::sampling::HostRows;
 use crate::{Backend, CoreError};
 
 /// Positions the caches keep after a verdict: `current` plus the accepted drafts, except an
@@ -53,13 +54,17 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
         let (verdict, drafts, target_ids) = match self.mode {
             DecodeMode::SampledMtp => {
                 let drafts = proposal.host.clone().unwrap_or_default();
-                let flat = backend.to_vec_f32(&logits)?;
-                let vocab = flat.len() / (k + 1);
-                let rows: Vec<&[f32]> = flat.chunks(vocab.max(1)).collect();
-                for (i, row) in rows.iter().enumerate() {
-                    check_row(row, before + i)?;
+                // The top candidates of each row when top-k makes that exact, else every logit.
+                let host = HostRows::read(backend, &logits, s.sampler.options(), before)?;
+                if let Some(flat) = host.dense() {
+                    let vocab = flat.len() / host.len().max(1);
+                    for (i, row) in flat.chunks(vocab.max(1)).enumerate() {
+                        check_row(row, before + i)?;
+                    }
                 }
-                let target_dists = s.sampler.verification_distributions(&rows, &drafts)?;
+                let target_dists = s
+                    .sampler
+                    .verification_distributions_of(&host.all(), &drafts)?;
                 let round = SampledRound {
                     drafts: &drafts,
                     draft_dists: &proposal.dists,

@@ -2,6 +2,7 @@
 
 use super::{Draft, DraftMode, Proposer, ProposerKind, ProposerRun, RoundContext};
 use crate::model::MtpDrafter;
+use crate::sampling::HostRows;
 use crate::{Backend, CoreError};
 
 /// An MTP drafter ("assistant" head) as a [`Proposer`]: the single-position chain that HF
@@ -59,8 +60,13 @@ impl<B: Backend, D: MtpDrafter<B>> ProposerRun<B> for ChainRun<'_, D> {
             hidden = step.projected;
             token = match round.mode {
                 DraftMode::Sampled => {
-                    let row = backend.to_vec_f32(&step.logits)?;
-                    let q = round.sampler.distribution(&row, &host)?;
+                    let rows = HostRows::read(
+                        backend,
+                        &step.logits,
+                        round.sampler.options(),
+                        round.position,
+                    )?;
+                    let q = round.sampler.distribution_of(rows.row(0), &host)?;
                     let id = round.sampler.sample(&q);
                     host.push(id);
                     dists.push(q);

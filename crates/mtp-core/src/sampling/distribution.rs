@@ -1,10 +1,20 @@
-//! Dense probability distributions over the vocabulary.
+//! Probability distributions over the vocabulary, stored sparsely (the ids with positive mass).
 
 use crate::CoreError;
 
-/// Dense probabilities over the vocabulary: one `f64` per token id, summing to 1.
+/// Probabilities over a vocabulary of `vocab_size` tokens, summing to 1, stored as the ids with
+/// positive probability (ascending) and their probabilities: a top-k distribution over a
+/// 262k-token vocabulary costs k entries, not 262k.
+///
+/// Every operation visits the support in ascending id order, which is the order a dense
+/// `Vec<f64>` over the vocabulary would be visited in with its zeros skipped, so sums, argmax
+/// and inverse-CDF sampling give bit-for-bit the values of a dense representation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Distribution {
+    vocab: usize,
+    /// Token ids with positive probability, ascending.
+    ids: Vec<u32>,
+    /// `probs[i]` is the probability of `ids[i]`.
     probs: Vec<f64>,
 }
 
@@ -14,25 +24,53 @@ impl Distribution {
     /// Errors with [`CoreError::TokenOutOfVocab`] when `id >= vocab` (which includes an empty
     /// vocabulary).
     pub fn point(vocab: usize, id: u32) -> Result<Self, CoreError> {
-        let index = id as usize;
-        if index >= vocab {
+        if id as usize >= vocab {
             return Err(CoreError::TokenOutOfVocab { id, vocab });
         }
-        let mut probs = vec![0.0; vocab];
-        probs[index] = 1.0;
-        Ok(Self { probs })
+        Ok(Self {
+            vocab,
+            ids: vec![id],
+            probs: vec![1.0],
+        })
     }
 
-    /// Normalises non-negative weights into a distribution.
+    /// Normalises non-negative dense weights (one per token id) into a distribution.
     ///
     /// Errors when the weights are empty, contain a negative or non-finite value, or are all
     /// zero.
-    pub fn from_probs(mut weights: Vec<f64>) -> Result<Self, CoreError> {
+    pub fn from_probs(weights: Vec<f64>) -> Result<Self, CoreError> {
         const OP: &str = "Distribution::from_probs";
         if weights.is_empty() {
             return Err(CoreError::InvalidArgument {
                 op: OP,
                 message: "no weights".into(),
+            });
+        }
+        let vocab = weights.len();
+        let (ids, probs): (Vec<u32>, Vec<f64>) = weights
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, w)| w != 0.0)
+            .map(|(i, w)| (i as u32, w))
+            .unzip();
+        Self::from_sparse(vocab, ids, probs)
+    }
+
+    /// Normalises non-negative weights of the ids `ids` (strictly ascending, each below `vocab`)
+    /// into a distribution over `vocab` tokens; other ids get 0.
+    ///
+    /// Errors when `ids` and `weights` differ in length, `ids` is not strictly ascending or
+    /// leaves the vocabulary, a weight is negative or non-finite, or the weights sum to zero.
+    pub fn from_sparse(vocab: usize, ids: Vec<u32>, weights: Vec<f64>) -> Result<Self, CoreError> {
+        const OP: &str = "Distribution::from_probs";
+        if vocab == 0 || ids.len() != weights.len() {
+            return Err(CoreError::InvalidArgument {
+                op: OP,
+                message: format!(
+                    "{} ids, {} weights over {vocab} tokens",
+                    ids.len(),
+                    weights.len()
+                ),
             });
         }
         if let Some((i, w)) = weights
@@ -42,7 +80,14 @@ impl Distribution {
         {
             return Err(CoreError::InvalidArgument {
                 op: OP,
-                message: format!("weight {i} is {w}: weights must be finite and >= 0"),
+                message: format!("weight {} is {w}: weights must be finite and >= 0", ids[i]),
+            });
+        }
+        let ascending = ids.windows(2).all(|p| p[0] < p[1]);
+        if !ascending || ids.last().is_some_and(|&id| id as usize >= vocab) {
+            return Err(CoreError::InvalidArgument {
+                op: OP,
+                message: "ids must ascend inside the vocabulary".into(),
             });
         }
         let total: f64 = weights.iter().sum();
@@ -52,25 +97,45 @@ impl Distribution {
                 message: format!("the weights sum to {total}: need a finite positive sum"),
             });
         }
-        for w in &mut weights {
-            *w /= total;
-        }
-        Ok(Self { probs: weights })
+        let (ids, probs) = ids
+            .into_iter()
+            .zip(weights)
+            .map(|(id, w)| (id, w / total))
+            .filter(|&(_, p)| p > 0.0)
+            .unzip();
+        Ok(Self { vocab, ids, probs })
     }
 
-    /// The probability of `id`; 0 when `id` is outside the vocabulary.
+    /// The probability of `id`; 0 when `id` is outside the support or the vocabulary.
     pub fn prob(&self, id: u32) -> f64 {
-        self.probs.get(id as usize).copied().unwrap_or(0.0)
+        match self.ids.binary_search(&id) {
+            Ok(i) => self.probs[i],
+            Err(_) => 0.0,
+        }
     }
 
-    /// All probabilities, indexed by token id.
-    pub fn probs(&self) -> &[f64] {
-        &self.probs
+    /// The support: `(id, probability)` for every id with positive probability, ascending.
+    pub fn support(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
+        self.ids.iter().copied().zip(self.probs.iter().copied())
+    }
+
+    /// Number of ids with positive probability.
+    pub fn support_len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// All probabilities as a dense vector indexed by token id (allocates the vocabulary).
+    pub fn dense(&self) -> Vec<f64> {
+        let mut out = vec![0.0; self.vocab];
+        for (id, p) in self.support() {
+            out[id as usize] = p;
+        }
+        out
     }
 
     /// The vocabulary size.
     pub fn vocab_size(&self) -> usize {
-        self.probs.len()
+        self.vocab
     }
 
     /// The most likely token id (the first one on ties).
@@ -81,7 +146,7 @@ impl Distribution {
                 best = i;
             }
         }
-        best as u32
+        self.ids.get(best).copied().unwrap_or(0)
     }
 
     /// Inverse-CDF sampling: the token whose cumulative-probability interval contains `u`, a
@@ -92,17 +157,13 @@ impl Distribution {
         let total: f64 = self.probs.iter().sum();
         let target = u * total;
         let mut cumulative = 0.0;
-        let mut last_positive = 0usize;
-        for (i, &p) in self.probs.iter().enumerate() {
-            if p > 0.0 {
-                cumulative += p;
-                last_positive = i;
-                if target < cumulative {
-                    return i as u32;
-                }
+        for (&id, &p) in self.ids.iter().zip(&self.probs) {
+            cumulative += p;
+            if target < cumulative {
+                return id;
             }
         }
-        last_positive as u32
+        self.ids.last().copied().unwrap_or(0)
     }
 }
 
@@ -113,7 +174,7 @@ mod tests {
     #[test]
     fn point_mass() {
         let d = Distribution::point(4, 2).unwrap();
-        assert_eq!(d.probs(), &[0.0, 0.0, 1.0, 0.0]);
+        assert_eq!(d.dense(), vec![0.0, 0.0, 1.0, 0.0]);
         assert_eq!(d.argmax(), 2);
         assert_eq!(d.vocab_size(), 4);
         for u in [0.0, 0.3, 0.999_999] {
@@ -129,7 +190,8 @@ mod tests {
     #[test]
     fn from_probs_normalises_and_rejects() {
         let d = Distribution::from_probs(vec![1.0, 3.0, 0.0]).unwrap();
-        assert_eq!(d.probs(), &[0.25, 0.75, 0.0]);
+        assert_eq!(d.dense(), vec![0.25, 0.75, 0.0]);
+        assert_eq!(d.support().collect::<Vec<_>>(), vec![(0, 0.25), (1, 0.75)]);
         assert_eq!(d.prob(1), 0.75);
         assert_eq!(d.prob(9), 0.0);
         for bad in [

@@ -1,4 +1,5 @@
-//! Host-side sampling over `&[f32]` logit rows.
+//! Host-side sampling over logit rows: dense `&[f32]` rows, or the top candidates of a row read
+//! after a device-side top-k when the settings make that exact ([`LogitRow`]).
 //!
 //! The pipeline follows ollama's MLX sampler after its rework (`sample.go` @ `4860130f8`):
 //!
@@ -14,10 +15,13 @@
 //! target distribution exactly.
 
 mod distribution;
+mod host_rows;
 mod options;
 mod pipeline;
 mod sampler;
 
 pub use distribution::Distribution;
+pub(crate) use host_rows::HostRows;
 pub use options::SamplerOptions;
+pub use pipeline::LogitRow;
 pub use sampler::Sampler;

@@ -121,6 +121,30 @@ impl SamplerOptions {
                 || self.presence_penalty != 0.0
                 || self.frequency_penalty != 0.0)
     }
+
+    /// How many of a row's largest logits a device-side top-k must return for the pipeline to
+    /// give exactly the dense row's distribution, or `None` when only the whole row will do
+    /// (greedy, top-k off, penalties that can raise a logit, or as many candidates as tokens).
+    ///
+    /// With top-k on: `top_k` without penalties; with penalties that only lower logits (repeat
+    /// ≥ 1, presence ≥ 0, frequency ≥ 0) `top_k + repeat_last_n`, a bound on the distinct ids of
+    /// the penalty window (see `sampling::pipeline`).
+    pub fn top_candidates(&self, vocab: usize) -> Option<usize> {
+        if self.is_greedy() || self.top_k == 0 {
+            return None;
+        }
+        let k = if !self.has_penalties() {
+            self.top_k
+        } else if self.repeat_penalty >= 1.0
+            && self.presence_penalty >= 0.0
+            && self.frequency_penalty >= 0.0
+        {
+            self.top_k.saturating_add(self.repeat_last_n)
+        } else {
+            return None;
+        };
+        (k < vocab).then_some(k)
+    }
 }
 
 #[cfg(test)]

@@ -1,39 +1,195 @@
 //! The sampling pipeline as pure functions: penalties, then temperature / top-k / softmax /
-//! top-p / min-p.
+//! top-p / min-p, over a dense logit row or over the top candidates of one.
+//!
+//! # Candidates
+//!
+//! A row is either every logit ([`LogitRow::Dense`]) or the `k'` largest logits of a row read
+//! after a device-side top-k ([`LogitRow::Top`]). The top form is exact when top-k is on and
+//! `k'` covers it: with no penalties `k' >= top_k`; with penalties that can only lower a logit
+//! (repeat ≥ 1, presence ≥ 0, frequency ≥ 0) `k' >= top_k + |distinct ids in the penalty
+//! window|`, because a penalised top-k token that is not among the `k'` raw best would have at
+//! least `top_k` unpenalised tokens above it ([`SamplerOptions::top_candidates`] gives `k'`).
+//! The result is then bit-for-bit the dense row's: the same kept set, summed in the same
+//! (ascending id) order. Nothing here allocates the vocabulary except a dense row without
+//! top-k, whose top-p must rank every token.
 
 use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
 use super::{Distribution, SamplerOptions};
 use crate::CoreError;
 
 const OP: &str = "sampling";
 
+/// One logit row as the pipeline reads it.
+#[derive(Clone, Copy, Debug)]
+pub enum LogitRow<'a> {
+    /// Every logit, indexed by token id.
+    Dense(&'a [f32]),
+    /// The largest logits of a row of `vocab` tokens (from a device-side top-k): `values[i]` is
+    /// the logit of `ids[i]`. Exact only with enough candidates (see the module docs).
+    Top {
+        /// The row's vocabulary size.
+        vocab: usize,
+        /// Candidate token ids (distinct, any order).
+        ids: &'a [u32],
+        /// Their logits.
+        values: &'a [f32],
+    },
+}
+
+impl LogitRow<'_> {
+    /// The vocabulary size of the row.
+    pub fn vocab(&self) -> usize {
+        match self {
+            LogitRow::Dense(row) => row.len(),
+            LogitRow::Top { vocab, .. } => *vocab,
+        }
+    }
+}
+
+/// A token and its (penalised) logit.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    id: u32,
+    value: f64,
+}
+
+/// "Better" is the larger value, the lower id on ties (the order of the dense pipeline);
+/// `Ordering::Less` means `a` ranks before (is better than) `b`.
+fn rank(a: &Candidate, b: &Candidate) -> Ordering {
+    b.value
+        .partial_cmp(&a.value)
+        .unwrap_or(Ordering::Equal)
+        .then(a.id.cmp(&b.id))
+}
+
+/// A candidate in the top-k heap: the heap's top is the *worst* kept candidate.
+struct Worst(Candidate);
+
+impl PartialEq for Worst {
+    fn eq(&self, other: &Self) -> bool {
+        rank(&self.0, &other.0) == Ordering::Equal
+    }
+}
+impl Eq for Worst {}
+impl PartialOrd for Worst {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Worst {
+    fn cmp(&self, other: &Self) -> Ordering {
+        rank(&self.0, &other.0)
+    }
+}
+
+/// The penalty context as distinct ids (ascending) with their counts.
+fn counted(context: &[u32]) -> Vec<(u32, usize)> {
+    let mut ids = context.to_vec();
+    ids.sort_unstable();
+    ids.chunk_by(|a, b| a == b)
+        .map(|run| (run[0], run.len()))
+        .collect()
+}
+
+/// A logit after the penalties for an id seen `count` times.
+///
+/// Repeat: a positive logit is divided by the penalty, any other is multiplied by it.
+/// Presence: subtracted once per distinct id. Frequency: subtracted once per occurrence.
+fn penalise(value: f64, count: usize, options: &SamplerOptions) -> f64 {
+    let repeat = f64::from(options.repeat_penalty);
+    let mut v = value;
+    if repeat != 1.0 {
+        if v > 0.0 {
+            v /= repeat;
+        } else {
+            v *= repeat;
+        }
+    }
+    v -= f64::from(options.presence_penalty);
+    v -= f64::from(options.frequency_penalty) * count as f64;
+    v
+}
+
+/// The row's logits with penalties applied, read by id.
+struct Penalised<'a> {
+    row: LogitRow<'a>,
+    /// Penalised logits of the context's distinct ids, ascending by id.
+    context: Vec<(u32, f64)>,
+}
+
+impl<'a> Penalised<'a> {
+    fn new(row: LogitRow<'a>, context: &[u32], options: &SamplerOptions) -> Self {
+        let mut penalised = Vec::new();
+        if options.has_penalties() {
+            for (id, count) in counted(context) {
+                let raw = match row {
+                    LogitRow::Dense(r) => r.get(id as usize).copied(),
+                    LogitRow::Top { ids, values, .. } => {
+                        ids.iter().position(|&i| i == id).map(|at| values[at])
+                    }
+                };
+                if let Some(raw) = raw {
+                    penalised.push((id, penalise(f64::from(raw), count, options)));
+                }
+            }
+        }
+        Self {
+            row,
+            context: penalised,
+        }
+    }
+
+    fn value(&self, id: u32, raw: f32) -> f64 {
+        if self.context.is_empty() {
+            return f64::from(raw);
+        }
+        match self.context.binary_search_by_key(&id, |&(i, _)| i) {
+            Ok(at) => self.context[at].1,
+            Err(_) => f64::from(raw),
+        }
+    }
+
+    /// Every candidate of the row.
+    fn candidates(&self) -> impl Iterator<Item = Candidate> + '_ {
+        let (dense, top): (&[f32], (&[u32], &[f32])) = match self.row {
+            LogitRow::Dense(r) => (r, (&[], &[])),
+            LogitRow::Top { ids, values, .. } => (&[], (ids, values)),
+        };
+        let dense = dense.iter().enumerate().map(|(i, &raw)| (i as u32, raw));
+        let top = top.0.iter().copied().zip(top.1.iter().copied());
+        dense.chain(top).map(|(id, raw)| Candidate {
+            id,
+            value: self.value(id, raw),
+        })
+    }
+}
+
 /// Runs the whole pipeline on one logit row with `context` as the penalty context.
 ///
 /// `context` must already be the penalty window (at most `repeat_last_n` ids) and every id in
 /// it must be inside the vocabulary.
 pub(crate) fn distribution(
-    logits: &[f32],
+    row: LogitRow<'_>,
     context: &[u32],
     options: &SamplerOptions,
 ) -> Result<Distribution, CoreError> {
-    check_logits(logits)?;
-    let mut work: Vec<f64> = logits.iter().map(|&l| f64::from(l)).collect();
-    if options.has_penalties() {
-        apply_penalties(&mut work, context, options);
-    }
+    check_logits(&row)?;
+    let vocab = row.vocab();
+    let penalised = Penalised::new(row, context, options);
     if options.is_greedy() {
-        return Distribution::point(work.len(), argmax(&work));
+        let best = penalised.candidates().min_by(rank).map_or(0, |c| c.id);
+        return Distribution::point(vocab, best);
     }
-    let kept = top_k(&work, options.top_k);
-    let probs = softmax(&work, &kept, f64::from(options.temperature));
-    let kept = top_p(kept, &probs, options.top_p);
-    let kept = min_p(kept, &probs, options.min_p);
-    let mut weights = vec![0.0; work.len()];
-    for &i in &kept {
-        weights[i] = probs[i];
-    }
-    Distribution::from_probs(weights)
+    let kept = top_k(penalised.candidates(), options.top_k, vocab);
+    let probs = softmax(&kept, f64::from(options.temperature));
+    let order = top_p(&kept, &probs, options.top_p);
+    let order = min_p(order, &probs, options.min_p);
+    let mut survivors: Vec<(u32, f64)> = order.iter().map(|&i| (kept[i].id, probs[i])).collect();
+    survivors.sort_unstable_by_key(|&(id, _)| id);
+    let (ids, weights) = survivors.into_iter().unzip();
+    Distribution::from_sparse(vocab, ids, weights)
 }
 
 /// Checks that `id` is inside a vocabulary of `vocab` tokens.
@@ -46,24 +202,42 @@ pub(crate) fn check_id(id: u32, vocab: usize) -> Result<(), CoreError> {
 }
 
 /// Rejects empty rows, NaN or +∞ logits, and rows with no finite logit (−∞ masks are fine).
-fn check_logits(logits: &[f32]) -> Result<(), CoreError> {
-    if logits.is_empty() {
+/// A top row holds the row's largest logits, so a row without a finite one has none either.
+fn check_logits(row: &LogitRow<'_>) -> Result<(), CoreError> {
+    let (ids, values): (Option<&[u32]>, &[f32]) = match row {
+        LogitRow::Dense(r) => (None, r),
+        LogitRow::Top { ids, values, vocab } => {
+            if ids.len() != values.len() || ids.iter().any(|&i| i as usize >= *vocab) {
+                return Err(CoreError::InvalidArgument {
+                    op: OP,
+                    message: format!(
+                        "{} candidate ids, {} values for a vocabulary of {vocab}",
+                        ids.len(),
+                        values.len()
+                    ),
+                });
+            }
+            (Some(ids), values)
+        }
+    };
+    if values.is_empty() {
         return Err(CoreError::InvalidArgument {
             op: OP,
             message: "empty logit row".into(),
         });
     }
-    if let Some((i, l)) = logits
+    if let Some((i, l)) = values
         .iter()
         .enumerate()
         .find(|(_, l)| l.is_nan() || **l == f32::INFINITY)
     {
+        let id = ids.map_or(i, |ids| ids[i] as usize);
         return Err(CoreError::InvalidArgument {
             op: OP,
-            message: format!("logit {i} is {l}: logits must be finite or -inf"),
+            message: format!("logit {id} is {l}: logits must be finite or -inf"),
         });
     }
-    if !logits.iter().any(|l| l.is_finite()) {
+    if !values.iter().any(|l| l.is_finite()) {
         return Err(CoreError::InvalidArgument {
             op: OP,
             message: "every logit is -inf: nothing can be sampled".into(),
@@ -72,121 +246,114 @@ fn check_logits(logits: &[f32]) -> Result<(), CoreError> {
     Ok(())
 }
 
-/// Repeat, presence and frequency penalties over the distinct ids of `context`.
-///
-/// Repeat: a positive logit is divided by the penalty, any other is multiplied by it.
-/// Presence: subtracted once per distinct id. Frequency: subtracted once per occurrence.
-pub(crate) fn apply_penalties(work: &mut [f64], context: &[u32], options: &SamplerOptions) {
-    let mut ids = context.to_vec();
-    ids.sort_unstable();
-    let repeat = f64::from(options.repeat_penalty);
-    let presence = f64::from(options.presence_penalty);
-    let frequency = f64::from(options.frequency_penalty);
-    for run in ids.chunk_by(|a, b| a == b) {
-        let Some(slot) = work.get_mut(run[0] as usize) else {
-            continue;
-        };
-        if repeat != 1.0 {
-            if *slot > 0.0 {
-                *slot /= repeat;
-            } else {
-                *slot *= repeat;
+/// The candidates that survive top-k, ascending by id: the `k` best (largest, lower id first
+/// on ties) when 0 < k < vocab, otherwise every candidate. A heap of `k` entries: no
+/// allocation of the vocabulary for a dense row.
+fn top_k(candidates: impl Iterator<Item = Candidate>, k: usize, vocab: usize) -> Vec<Candidate> {
+    let mut kept: Vec<Candidate> = if k > 0 && k < vocab {
+        let mut heap: BinaryHeap<Worst> = BinaryHeap::with_capacity(k + 1);
+        for c in candidates {
+            if heap.len() < k {
+                heap.push(Worst(c));
+            } else if let Some(worst) = heap.peek() {
+                if rank(&c, &worst.0) == Ordering::Less {
+                    heap.pop();
+                    heap.push(Worst(c));
+                }
             }
         }
-        *slot -= presence;
-        *slot -= frequency * run.len() as f64;
-    }
+        heap.into_iter().map(|w| w.0).collect()
+    } else {
+        candidates.collect()
+    };
+    kept.sort_unstable_by_key(|c| c.id);
+    kept
 }
 
-/// The index of the largest value (the first on ties).
-fn argmax(values: &[f64]) -> u32 {
-    let mut best = 0usize;
-    for (i, &v) in values.iter().enumerate() {
-        if v > values[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-/// Descending by value, ascending by id on ties.
-fn by_value_desc(values: &[f64]) -> impl Fn(&usize, &usize) -> Ordering + '_ {
-    move |&a, &b| {
-        values[b]
-            .partial_cmp(&values[a])
-            .unwrap_or(Ordering::Equal)
-            .then(a.cmp(&b))
-    }
-}
-
-/// The ids that survive top-k: the `k` largest logits when 0 < k < vocab (lower id first on
-/// ties), otherwise every id.
-pub(crate) fn top_k(work: &[f64], k: usize) -> Vec<usize> {
-    let mut ids: Vec<usize> = (0..work.len()).collect();
-    if k > 0 && k < work.len() {
-        ids.select_nth_unstable_by(k - 1, by_value_desc(work));
-        ids.truncate(k);
-        ids.sort_unstable();
-    }
-    ids
-}
-
-/// Softmax of `work / temperature` over the `kept` ids, in `f64`; 0 elsewhere.
-pub(crate) fn softmax(work: &[f64], kept: &[usize], temperature: f64) -> Vec<f64> {
+/// Softmax of `value / temperature` over `kept` (ascending ids), in `f64`.
+fn softmax(kept: &[Candidate], temperature: f64) -> Vec<f64> {
     let max = kept
         .iter()
-        .map(|&i| work[i])
+        .map(|c| c.value)
         .fold(f64::NEG_INFINITY, f64::max);
-    let mut probs = vec![0.0; work.len()];
-    let mut total = 0.0;
-    for &i in kept {
-        let e = ((work[i] - max) / temperature).exp();
-        probs[i] = e;
-        total += e;
-    }
-    for &i in kept {
-        probs[i] /= total;
+    let mut probs: Vec<f64> = kept
+        .iter()
+        .map(|c| ((c.value - max) / temperature).exp())
+        .collect();
+    let total: f64 = probs.iter().fold(0.0, |acc, &e| acc + e);
+    for p in &mut probs {
+        *p /= total;
     }
     probs
 }
 
 /// Nucleus filter: in order of decreasing probability (lower id first on ties), keep a token
 /// while the cumulative probability of the tokens *before* it is below `top_p`, so at least
-/// one token survives. Off when `top_p` ≤ 0 or ≥ 1.
-pub(crate) fn top_p(mut kept: Vec<usize>, probs: &[f64], top_p: f32) -> Vec<usize> {
+/// one token survives. Off when `top_p` ≤ 0 or ≥ 1. Returns indices into `kept`, in that
+/// order (ascending when off).
+fn top_p(kept: &[Candidate], probs: &[f64], top_p: f32) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..kept.len()).collect();
     if top_p <= 0.0 || top_p >= 1.0 {
-        return kept;
+        return order;
     }
     let top_p = f64::from(top_p);
-    kept.sort_unstable_by(by_value_desc(probs));
+    order.sort_unstable_by(|&a, &b| {
+        probs[b]
+            .partial_cmp(&probs[a])
+            .unwrap_or(Ordering::Equal)
+            .then(kept[a].id.cmp(&kept[b].id))
+    });
     let mut cumulative = 0.0;
     let mut n = 0;
-    for &i in &kept {
+    for &i in &order {
         if cumulative >= top_p {
             break;
         }
         cumulative += probs[i];
         n += 1;
     }
-    kept.truncate(n.max(1));
-    kept
+    order.truncate(n.max(1));
+    order
 }
 
 /// Min-p filter: drop tokens whose probability is below `min_p` × the largest kept
 /// probability. Off when `min_p` is 0.
-pub(crate) fn min_p(mut kept: Vec<usize>, probs: &[f64], min_p: f32) -> Vec<usize> {
+fn min_p(mut order: Vec<usize>, probs: &[f64], min_p: f32) -> Vec<usize> {
     if min_p <= 0.0 {
-        return kept;
+        return order;
     }
-    let max = kept.iter().map(|&i| probs[i]).fold(0.0, f64::max);
+    let max = order.iter().map(|&i| probs[i]).fold(0.0, f64::max);
     let threshold = f64::from(min_p) * max;
-    kept.retain(|&i| probs[i] >= threshold);
-    kept
+    order.retain(|&i| probs[i] >= threshold);
+    order
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The dense pipeline's penalty stage, for the penalty tests.
+    fn apply_penalties(work: &mut [f64], context: &[u32], options: &SamplerOptions) {
+        for (id, count) in counted(context) {
+            if let Some(slot) = work.get_mut(id as usize) {
+                *slot = penalise(*slot, count, options);
+            }
+        }
+    }
+
+    fn cands(w: &[f64]) -> Vec<Candidate> {
+        w.iter()
+            .enumerate()
+            .map(|(i, &value)| Candidate {
+                id: i as u32,
+                value,
+            })
+            .collect()
+    }
+
+    fn ids(kept: &[Candidate]) -> Vec<u32> {
+        kept.iter().map(|c| c.id).collect()
+    }
 
     fn close(a: &[f64], b: &[f64]) {
         assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
@@ -235,36 +402,48 @@ mod tests {
     #[test]
     fn top_k_ties_lower_id_first() {
         let w = vec![1.0, 3.0, 2.0, 3.0, 2.0];
-        assert_eq!(top_k(&w, 2), vec![1, 3]);
-        assert_eq!(top_k(&w, 3), vec![1, 2, 3]);
-        assert_eq!(top_k(&w, 0), vec![0, 1, 2, 3, 4]);
-        assert_eq!(top_k(&w, 5), vec![0, 1, 2, 3, 4]);
-        assert_eq!(top_k(&w, 9), vec![0, 1, 2, 3, 4]);
+        assert_eq!(ids(&top_k(cands(&w).into_iter(), 2, w.len())), vec![1, 3]);
+        assert_eq!(
+            ids(&top_k(cands(&w).into_iter(), 3, w.len())),
+            vec![1, 2, 3]
+        );
+        assert_eq!(
+            ids(&top_k(cands(&w).into_iter(), 0, w.len())),
+            vec![0, 1, 2, 3, 4]
+        );
+        assert_eq!(
+            ids(&top_k(cands(&w).into_iter(), 5, w.len())),
+            vec![0, 1, 2, 3, 4]
+        );
+        assert_eq!(
+            ids(&top_k(cands(&w).into_iter(), 9, w.len())),
+            vec![0, 1, 2, 3, 4]
+        );
     }
 
     #[test]
     fn softmax_with_temperature() {
-        let w = vec![0.0, 2f64.ln(), 9.0];
-        let p = softmax(&w, &[0, 1], 1.0);
-        close(&p, &[1.0 / 3.0, 2.0 / 3.0, 0.0]);
-        let p = softmax(&w, &[0, 1], 0.5);
-        close(&p, &[1.0 / 5.0, 4.0 / 5.0, 0.0]);
+        let w = cands(&[0.0, 2f64.ln(), 9.0]);
+        let p = softmax(&w[..2], 1.0);
+        close(&p, &[1.0 / 3.0, 2.0 / 3.0]);
+        let p = softmax(&w[..2], 0.5);
+        close(&p, &[1.0 / 5.0, 4.0 / 5.0]);
     }
 
     #[test]
     fn top_p_exclusive_cumulative() {
         let probs = vec![0.1, 0.5, 0.3, 0.1];
         // Before 1: 0 < 0.5 keep; before 2: 0.5 < 0.5? no.
-        assert_eq!(top_p(vec![0, 1, 2, 3], &probs, 0.5), vec![1]);
+        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 0.5), vec![1]);
         // 0.6: before 2 is 0.5 < 0.6 keep; before 0 is 0.8 stop.
-        assert_eq!(top_p(vec![0, 1, 2, 3], &probs, 0.6), vec![1, 2]);
+        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 0.6), vec![1, 2]);
         // Ties by lower id: 0 comes before 3 once 0.8 < 0.85.
-        assert_eq!(top_p(vec![0, 1, 2, 3], &probs, 0.85), vec![1, 2, 0]);
+        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 0.85), vec![1, 2, 0]);
         // Tiny top_p still keeps one.
-        assert_eq!(top_p(vec![0, 1, 2, 3], &probs, 1e-6), vec![1]);
+        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 1e-6), vec![1]);
         // Off.
-        assert_eq!(top_p(vec![0, 1, 2, 3], &probs, 1.0), vec![0, 1, 2, 3]);
-        assert_eq!(top_p(vec![0, 1, 2, 3], &probs, 0.0), vec![0, 1, 2, 3]);
+        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 1.0), vec![0, 1, 2, 3]);
+        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 0.0), vec![0, 1, 2, 3]);
     }
 
     #[test]
@@ -282,9 +461,14 @@ mod tests {
             repeat_penalty: 4.0,
             ..Default::default()
         };
-        let d = distribution(&[1.0, 3.0, 2.0], &[1], &opts).unwrap();
-        assert_eq!(d.probs(), &[0.0, 0.0, 1.0]);
-        let d = distribution(&[1.0, 3.0, 3.0], &[], &SamplerOptions::default()).unwrap();
+        let d = distribution(LogitRow::Dense(&[1.0, 3.0, 2.0]), &[1], &opts).unwrap();
+        assert_eq!(d.dense(), vec![0.0, 0.0, 1.0]);
+        let d = distribution(
+            LogitRow::Dense(&[1.0, 3.0, 3.0]),
+            &[],
+            &SamplerOptions::default(),
+        )
+        .unwrap();
         assert_eq!(d.argmax(), 1);
         assert_eq!(d.prob(1), 1.0);
     }
@@ -304,16 +488,16 @@ mod tests {
             top_p: 0.65,
             ..Default::default()
         };
-        let d = distribution(&logits, &[], &opts).unwrap();
-        close(d.probs(), &[0.0, 0.0, 3.0 / 7.0, 4.0 / 7.0, 0.0]);
+        let d = distribution(LogitRow::Dense(&logits), &[], &opts).unwrap();
+        close(&d.dense(), &[0.0, 0.0, 3.0 / 7.0, 4.0 / 7.0, 0.0]);
         // Min-p 0.45 instead of top-p: max 0.4 → drop < 0.18: keep 1, 2, 3 → 2/9, 3/9, 4/9.
         let opts = SamplerOptions {
             top_p: 1.0,
             min_p: 0.45,
             ..opts
         };
-        let d = distribution(&logits, &[], &opts).unwrap();
-        close(d.probs(), &[0.0, 2.0 / 9.0, 3.0 / 9.0, 4.0 / 9.0, 0.0]);
+        let d = distribution(LogitRow::Dense(&logits), &[], &opts).unwrap();
+        close(&d.dense(), &[0.0, 2.0 / 9.0, 3.0 / 9.0, 4.0 / 9.0, 0.0]);
     }
 
     #[test]
@@ -322,11 +506,95 @@ mod tests {
             temperature: 1.0,
             ..Default::default()
         };
-        assert!(distribution(&[], &[], &opts).is_err());
-        assert!(distribution(&[1.0, f32::NAN], &[], &opts).is_err());
-        assert!(distribution(&[1.0, f32::INFINITY], &[], &opts).is_err());
-        assert!(distribution(&[f32::NEG_INFINITY; 3], &[], &opts).is_err());
-        let d = distribution(&[f32::NEG_INFINITY, 0.0], &[], &opts).unwrap();
-        assert_eq!(d.probs(), &[0.0, 1.0]);
+        assert!(distribution(LogitRow::Dense(&[]), &[], &opts).is_err());
+        assert!(distribution(LogitRow::Dense(&[1.0, f32::NAN]), &[], &opts).is_err());
+        assert!(distribution(LogitRow::Dense(&[1.0, f32::INFINITY]), &[], &opts).is_err());
+        assert!(distribution(LogitRow::Dense(&[f32::NEG_INFINITY; 3]), &[], &opts).is_err());
+        let d = distribution(LogitRow::Dense(&[f32::NEG_INFINITY, 0.0]), &[], &opts).unwrap();
+        assert_eq!(d.dense(), vec![0.0, 1.0]);
+    }
+
+    #[test]
+    fn top_candidates_give_exactly_the_dense_distribution() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let vocab = 300;
+        for case in 0..300 {
+            // Coarse logits so that ties occur; a few -inf.
+            let logits: Vec<f32> = (0..vocab)
+                .map(|_| match rng.random_range(0..40) {
+                    0 => f32::NEG_INFINITY,
+                    x => (x as f32 * 0.25).floor() - 4.0,
+                })
+                .collect();
+            let penalties = case % 2 == 1;
+            let options = SamplerOptions {
+                temperature: rng.random_range(0.2..2.0),
+                top_k: rng.random_range(1..60),
+                top_p: if case % 3 == 0 {
+                    1.0
+                } else {
+                    rng.random_range(0.3..1.0)
+                },
+                min_p: if case % 5 == 0 {
+                    rng.random_range(0.0..0.3)
+                } else {
+                    0.0
+                },
+                repeat_penalty: if penalties {
+                    rng.random_range(1.0..2.0)
+                } else {
+                    1.0
+                },
+                presence_penalty: if penalties {
+                    rng.random_range(0.0..1.0)
+                } else {
+                    0.0
+                },
+                frequency_penalty: if penalties {
+                    rng.random_range(0.0..0.5)
+                } else {
+                    0.0
+                },
+                repeat_last_n: 16,
+                ..Default::default()
+            };
+            let context: Vec<u32> = (0..rng.random_range(0..16))
+                .map(|_| rng.random_range(0..vocab as u32))
+                .collect();
+            let k = options.top_candidates(vocab).expect("exact top-k applies");
+            // The k largest raw logits (lower id first on ties), in a scrambled order.
+            let mut order: Vec<u32> = (0..vocab as u32).collect();
+            order.sort_by(|&a, &b| {
+                logits[b as usize]
+                    .partial_cmp(&logits[a as usize])
+                    .unwrap()
+                    .then(a.cmp(&b))
+            });
+            let mut top: Vec<u32> = order[..k].to_vec();
+            top.reverse();
+            let values: Vec<f32> = top.iter().map(|&i| logits[i as usize]).collect();
+            let dense = distribution(LogitRow::Dense(&logits), &context, &options).unwrap();
+            let row = LogitRow::Top {
+                vocab,
+                ids: &top,
+                values: &values,
+            };
+            let sparse = distribution(row, &context, &options).unwrap();
+            assert_eq!(sparse, dense, "case {case}: {options:?}");
+        }
+        // Penalties that can raise a logit, or top-k off: only the whole row is exact.
+        let raising = SamplerOptions {
+            temperature: 1.0,
+            top_k: 5,
+            presence_penalty: -0.5,
+            ..Default::default()
+        };
+        assert_eq!(raising.top_candidates(vocab), None);
+        let off = SamplerOptions {
+            temperature: 1.0,
+            ..Default::default()
+        };
+        assert_eq!(off.top_candidates(vocab), None);
     }
 }

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{pipeline, Distribution, SamplerOptions};
+use super::{pipeline, Distribution, LogitRow, SamplerOptions};
 use crate::CoreError;
 
 /// A sampler for one decode: options, the penalty history and a seeded random stream.
@@ -57,7 +57,18 @@ impl Sampler {
     /// [`CoreError::TokenOutOfVocab`] when a prefix id or an id of the penalty window is not
     /// inside the row's vocabulary.
     pub fn distribution(&self, logits: &[f32], prefix: &[u32]) -> Result<Distribution, CoreError> {
-        let vocab = logits.len();
+        self.distribution_of(LogitRow::Dense(logits), prefix)
+    }
+
+    /// [`distribution`](Self::distribution) of a dense row or of the top candidates of one (a
+    /// device-side top-k of [`SamplerOptions::top_candidates`] entries, which gives exactly the
+    /// dense row's distribution).
+    pub fn distribution_of(
+        &self,
+        row: LogitRow<'_>,
+        prefix: &[u32],
+    ) -> Result<Distribution, CoreError> {
+        let vocab = row.vocab();
         for &id in prefix {
             pipeline::check_id(id, vocab)?;
         }
@@ -73,7 +84,7 @@ impl Sampler {
         for &id in &context {
             pipeline::check_id(id, vocab)?;
         }
-        pipeline::distribution(logits, &context, &self.options)
+        pipeline::distribution(row, &context, &self.options)
     }
 
     /// The target distributions of one verification batch: row `i` sees `drafts[..i]` as its
@@ -82,6 +93,16 @@ impl Sampler {
     pub fn verification_distributions(
         &self,
         rows: &[&[f32]],
+        drafts: &[u32],
+    ) -> Result<Vec<Distribution>, CoreError> {
+        let rows: Vec<LogitRow<'_>> = rows.iter().map(|r| LogitRow::Dense(r)).collect();
+        self.verification_distributions_of(&rows, drafts)
+    }
+
+    /// [`verification_distributions`](Self::verification_distributions) of dense or top rows.
+    pub fn verification_distributions_of(
+        &self,
+        rows: &[LogitRow<'_>],
         drafts: &[u32],
     ) -> Result<Vec<Distribution>, CoreError> {
         if rows.len() != drafts.len() && rows.len() != drafts.len() + 1 {
@@ -93,7 +114,7 @@ impl Sampler {
         }
         rows.iter()
             .enumerate()
-            .map(|(i, row)| self.distribution(row, &drafts[..i]))
+            .map(|(i, row)| self.distribution_of(*row, &drafts[..i]))
             .collect()
     }
 

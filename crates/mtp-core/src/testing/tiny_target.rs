@@ -82,7 +82,8 @@ impl Default for TinyConfig {
 #[derive(Debug)]
 struct Layer<B: Backend> {
     kind: LayerKind,
-    inv_freq: Vec<f32>,
+    /// Rotary tables built once (the model path every Gemma model takes).
+    rope: crate::RopeCache<B>,
     attn_norm: B::Array,
     q_proj: B::Array,
     k_proj: B::Array,
@@ -141,7 +142,7 @@ impl<B: Backend> TinyTarget<B> {
             };
             layers.push(Layer {
                 kind,
-                inv_freq: inv_freq(rotated, 10_000.0),
+                rope: crate::RopeCache::new(inv_freq(rotated, 10_000.0)),
                 attn_norm: rng.norm(backend, c.hidden)?,
                 q_proj: rng.matrix(backend, c.heads * c.head_dim, c.hidden, g)?,
                 k_proj: rng.matrix(backend, c.kv_heads * c.head_dim, c.hidden, g)?,
@@ -207,17 +208,11 @@ impl<B: Backend> TinyTarget<B> {
         let t = backend.shape(x)[1];
         let h = backend.rms_norm(x, Some(&l.attn_norm), EPS)?;
         let q = self.split_heads(backend, &backend.linear(&h, &l.q_proj)?, c.heads)?;
-        let q = backend.rope(
-            &backend.rms_norm(&q, Some(&l.q_norm), EPS)?,
-            start,
-            &l.inv_freq,
-        )?;
+        let q =
+            backend.rope_cached(&backend.rms_norm(&q, Some(&l.q_norm), EPS)?, start, &l.rope)?;
         let k = self.split_heads(backend, &backend.linear(&h, &l.k_proj)?, c.kv_heads)?;
-        let k = backend.rope(
-            &backend.rms_norm(&k, Some(&l.k_norm), EPS)?,
-            start,
-            &l.inv_freq,
-        )?;
+        let k =
+            backend.rope_cached(&backend.rms_norm(&k, Some(&l.k_norm), EPS)?, start, &l.rope)?;
         let v = self.split_heads(backend, &backend.linear(&h, &l.v_proj)?, c.kv_heads)?;
         let view = cache.update(backend, &k, &v)?;
         let window = match l.kind {

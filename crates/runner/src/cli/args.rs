@@ -39,6 +39,18 @@ pub enum Command {
     Serve(Box<super::serve::ServeArgs>),
 }
 
+impl Command {
+    /// `--threads` of the subcommand.
+    pub fn threads(&self) -> Option<usize> {
+        match self {
+            Command::Generate(args) => args.model.threads,
+            Command::Bench(args) => args.model.threads,
+            #[cfg(feature = "server")]
+            Command::Serve(args) => args.model.threads,
+        }
+    }
+}
+
 /// `mtp generate`.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
@@ -189,6 +201,11 @@ pub struct ModelArgs {
     /// Load even when the weights and KV cache need more memory than is available.
     #[arg(long)]
     pub ignore_memory_limit: bool,
+    /// CPU threads for candle's kernels (its matmul and quantized-matmul pools and the rayon
+    /// global pool), 1 to 256; MLX and the reference backend ignore it [default:
+    /// RAYON_NUM_THREADS when set, else the machine's cores].
+    #[arg(long, value_name = "N", value_parser = super::threads::parse)]
+    pub threads: Option<usize>,
     /// Quantize the dense projection and embedding weights at load, as ollama does at import:
     /// q8 (GGUF Q8_0) or q4 (GGUF Q4_0). candle computes with its quantized kernels, MLX with
     /// affine groups of 32, the reference backend by exact dequantization. Weights a checkpoint
@@ -196,6 +213,12 @@ pub struct ModelArgs {
     /// the weights as stored].
     #[arg(long, value_enum, value_name = "SCHEME")]
     pub quantize: Option<QuantizeChoice>,
+    /// Decode weights the checkpoint stores quantized (GGUF blocks, MLX affine) to dense
+    /// weights of the compute dtype at load, exactly: the computation the file stands for, as
+    /// HF transformers runs a GGUF, without the 8-bit activation rounding of quantized kernels.
+    /// Slower, and needs the dense weights' memory [default: off, quantized kernels].
+    #[arg(long, conflicts_with = "quantize")]
+    pub dequantize: bool,
 }
 
 /// Sampling options. Unset temperature / top-k / top-p come from the model's

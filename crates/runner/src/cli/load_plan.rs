@@ -3,7 +3,7 @@
 
 use anyhow::bail;
 use mtp_core::{Backend, DType};
-use runner::loading::{auto_dtype, available_memory, estimate_memory, LoadOptions};
+use runner::loading::{auto_dtype, available_memory, estimate_memory, LoadOptions, StoredQuant};
 use runner::ModelPaths;
 
 use super::args::ModelArgs;
@@ -24,14 +24,23 @@ pub fn prepare_load<B: Backend>(
     let options = |dtype| LoadOptions {
         dtype,
         quantize: args.quantize.map(|q| q.scheme()),
+        stored_quant: if args.dequantize {
+            StoredQuant::Dequantize
+        } else {
+            StoredQuant::Keep
+        },
     };
     let dtype = match args.dtype.fixed() {
         Some(dtype) => dtype,
         None => auto_dtype(backend, &paths.target)
             .unwrap_or_else(|_| backend.preferred_dtype(DType::F32)),
     };
-    let Ok(estimate) = estimate_memory(&paths.target, paths.drafter.as_deref(), dtype, context)
-    else {
+    let Ok(estimate) = estimate_memory(
+        &paths.target,
+        paths.drafter.as_deref(),
+        &options(dtype),
+        context,
+    ) else {
         // The load itself reports what is wrong with the directory, with its context.
         return Ok(options(dtype));
     };
@@ -40,8 +49,13 @@ pub fn prepare_load<B: Backend>(
     let shown = available.map_or(String::new(), |a| {
         format!(", {:.2} GiB available", a as f64 / GIB)
     });
+    let held = match (args.quantize, args.dequantize) {
+        (Some(scheme), _) => format!("{dtype}, matrices --quantize {}", scheme.scheme()),
+        (None, false) => format!("{dtype}, quantized tensors as stored"),
+        (None, true) => format!("{dtype}, quantized tensors decoded"),
+    };
     eprintln!(
-        "memory: {:.2} GiB of weights ({dtype}) + {:.2} GiB KV cache at {} positions = {:.2} GiB{shown}",
+        "memory: {:.2} GiB of weights ({held}) + {:.2} GiB KV cache at {} positions = {:.2} GiB{shown}",
         estimate.weights as f64 / GIB,
         estimate.kv_cache as f64 / GIB,
         estimate.context,

@@ -16,3 +16,4 @@ pub mod progress;
 pub mod proposer_args;
 #[cfg(feature = "server")]
 pub mod serve;
+pub mod threads;

@@ -8,6 +8,16 @@ use mtp_core::{Backend, DType};
 use super::error::{LoadError, LoadResult};
 use super::quantized::{unquantizable, MlxQuantization};
 use super::tensors::TensorStore;
+use super::StoredQuant;
+
+/// A matrix as loaded: dense in the compute dtype, or a quantized weight of the backend.
+#[derive(Debug)]
+pub enum Matrix<B: Backend> {
+    /// A dense array of the compute dtype.
+    Dense(B::Array),
+    /// A quantized weight prepared for the backend.
+    Quantized(B::QuantWeight),
+}
 
 /// Told `(tensors done, tensors in the files)` after each tensor an [`ArrayLoader`] reads.
 pub type TensorProgress<'a> = &'a mut dyn FnMut(usize, usize);
@@ -24,6 +34,8 @@ pub struct ArrayLoader<'a, B: Backend> {
     quantize: Option<QuantScheme>,
     /// Whether a matrix `quantize` could not take was reported already.
     told_dense: bool,
+    /// Keep or decode matrices the checkpoint stores quantized.
+    stored_quant: StoredQuant,
 }
 
 impl<B: Backend> std::fmt::Debug for ArrayLoader<'_, B> {
@@ -33,6 +45,7 @@ impl<B: Backend> std::fmt::Debug for ArrayLoader<'_, B> {
             .field("dtype", &self.dtype)
             .field("mlx", &self.mlx)
             .field("quantize", &self.quantize)
+            .field("stored_quant", &self.stored_quant)
             .finish()
     }
 }
@@ -48,6 +61,7 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
             mlx: None,
             quantize: None,
             told_dense: false,
+            stored_quant: StoredQuant::Keep,
         }
     }
 
@@ -60,6 +74,12 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
     /// Quantize dense matrices to `scheme` as they load (`--quantize`).
     pub fn with_quantize(mut self, scheme: Option<QuantScheme>) -> Self {
         self.quantize = scheme;
+        self
+    }
+
+    /// Keep matrices the checkpoint stores quantized, or decode them to dense (`--dequantize`).
+    pub fn with_stored_quant(mut self, stored_quant: StoredQuant) -> Self {
+        self.stored_quant = stored_quant;
         self
     }
 
@@ -103,19 +123,45 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
         Ok(array)
     }
 
-    /// Matrix `name` (`[rows, cols]`) as a quantized weight of the backend, when it is one: an
-    /// MLX affine matrix (its `scales` and `biases` beside it), or a dense one quantized at load
-    /// under [`with_quantize`](Self::with_quantize). `None`: load it dense with
-    /// [`array`](Self::array).
-    pub fn quantized(
+    /// Matrix `name` (`[rows, cols]`): quantized when the checkpoint stores it so (an MLX affine
+    /// matrix, its `scales` and `biases` beside it) and [`StoredQuant::Keep`] holds, or when the
+    /// loader quantizes dense matrices at load ([`with_quantize`](Self::with_quantize)); else
+    /// dense in the compute dtype (a stored-quantized matrix decoded exactly under
+    /// [`StoredQuant::Dequantize`]).
+    pub fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> LoadResult<Matrix<B>> {
+        let Some((tensor, stored)) = self.quantized_tensor(name, rows, cols)? else {
+            return Ok(Matrix::Dense(self.array(name, &[rows, cols])?));
+        };
+        self.store.release(name);
+        let matrix = if stored && self.stored_quant == StoredQuant::Dequantize {
+            Matrix::Dense(self.from_host(name, &tensor.dequantize(), &[rows, cols])?)
+        } else {
+            Matrix::Quantized(
+                self.backend
+                    .quant_weight(Arc::new(tensor), self.dtype)
+                    .map_err(|e| LoadError::Backend {
+                        name: name.to_string(),
+                        reason: e.to_string(),
+                    })?,
+            )
+        };
+        if let Some(progress) = self.progress.as_mut() {
+            progress(self.store.taken(), self.store.len());
+        }
+        Ok(matrix)
+    }
+
+    /// Matrix `name` as a host quantized tensor, and whether the checkpoint stores it so (else
+    /// it is quantized here under `--quantize`); `None` for a dense matrix loaded as it is.
+    fn quantized_tensor(
         &mut self,
         name: &str,
         rows: usize,
         cols: usize,
-    ) -> LoadResult<Option<B::QuantWeight>> {
+    ) -> LoadResult<Option<(QuantTensor, bool)>> {
         let module = name.strip_suffix(".weight").unwrap_or(name);
         let (scales, biases) = (format!("{module}.scales"), format!("{module}.biases"));
-        let tensor = if self.store.contains(&scales) {
+        let found = if self.store.contains(&scales) {
             let Some(params) = self.mlx.as_ref().and_then(|m| m.params_for(module)) else {
                 return Err(LoadError::InvalidTensor {
                     name: scales,
@@ -134,8 +180,9 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
             let words = self.store.take_u32(name, &[rows, per_row])?;
             let s = self.store.take_f32(&scales, &[rows, groups])?;
             let b = self.store.take_f32(&biases, &[rows, groups])?;
-            QuantTensor::affine(params, rows, cols, &words, s, b)
-                .map_err(|e| invalid(e.to_string()))?
+            let tensor = QuantTensor::affine(params, rows, cols, &words, s, b)
+                .map_err(|e| invalid(e.to_string()))?;
+            (tensor, true)
         } else if let Some(scheme) = self.quantize {
             let block = scheme.ggml_type().block_size();
             if cols % block != 0 {
@@ -146,27 +193,18 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
                 return Ok(None);
             }
             let values = self.store.take_f32(name, &[rows, cols])?;
-            scheme
-                .quantize(&values, rows, cols)
-                .map_err(|e| LoadError::InvalidTensor {
-                    name: name.to_string(),
-                    reason: e.to_string(),
-                })?
+            let tensor =
+                scheme
+                    .quantize(&values, rows, cols)
+                    .map_err(|e| LoadError::InvalidTensor {
+                        name: name.to_string(),
+                        reason: e.to_string(),
+                    })?;
+            (tensor, false)
         } else {
             return Ok(None);
         };
-        self.store.release(name);
-        let weight = self
-            .backend
-            .quant_weight(Arc::new(tensor), self.dtype)
-            .map_err(|e| LoadError::Backend {
-                name: name.to_string(),
-                reason: e.to_string(),
-            })?;
-        if let Some(progress) = self.progress.as_mut() {
-            progress(self.store.taken(), self.store.len());
-        }
-        Ok(Some(weight))
+        Ok(Some(found))
     }
 
     /// Tensor `name` of shape `shape`, as host `f32` values.

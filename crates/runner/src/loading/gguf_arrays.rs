@@ -4,7 +4,10 @@
 //! [`Backend::from_le_bytes`] (as safetensors weights do). Quantized tensors become host
 //! [`QuantTensor`]s ([`GgufArrays::quantized`]) that the models turn into quantized
 //! [`Linear`](crate::models::nn::Linear) / [`Embedding`](crate::models::nn::Embedding) weights;
-//! asking for one as a dense array is a [`GgufError::QuantizedTensor`] error.
+//! asking for one as a dense array is a [`GgufError::QuantizedTensor`] error, unless the arrays
+//! decode stored-quantized tensors ([`StoredQuant::Dequantize`], `--dequantize`): then
+//! [`quantized`](GgufArrays::quantized) answers `None` and [`array`](GgufArrays::array) decodes
+//! the blocks exactly.
 //! Like [`TensorStore::finish`](super::TensorStore::finish), [`GgufArrays::finish`] fails on
 //! tensors the model did not use.
 
@@ -17,7 +20,7 @@ use mtp_core::{Backend, DType};
 use super::error::{LoadError, LoadResult};
 use super::gguf::{GgufError, GgufFile, RawTensor};
 use super::tensors::StoreStats;
-use super::TensorProgress;
+use super::{StoredQuant, TensorProgress};
 
 /// The float dtype of `raw`, or the typed error for a quantized tensor.
 fn float_dtype(name: &str, raw: &RawTensor<'_>) -> LoadResult<DType> {
@@ -39,6 +42,7 @@ pub struct GgufArrays<'a, B: Backend> {
     taken: BTreeSet<String>,
     read_bytes: u64,
     progress: Option<TensorProgress<'a>>,
+    stored_quant: StoredQuant,
 }
 
 impl<B: Backend> std::fmt::Debug for GgufArrays<'_, B> {
@@ -61,7 +65,14 @@ impl<'a, B: Backend> GgufArrays<'a, B> {
             taken: BTreeSet::new(),
             read_bytes: 0,
             progress: None,
+            stored_quant: StoredQuant::Keep,
         }
+    }
+
+    /// Keep quantized tensors quantized (default) or decode them to dense (`--dequantize`).
+    pub fn with_stored_quant(mut self, stored_quant: StoredQuant) -> Self {
+        self.stored_quant = stored_quant;
+        self
     }
 
     /// Report each tensor read to `progress` (for a progress bar).
@@ -117,7 +128,8 @@ impl<'a, B: Backend> GgufArrays<'a, B> {
 
     /// Matrix `name` of shape `[rows, cols]` as a host quantized tensor (its GGUF blocks,
     /// validated against the shape) when it is stored quantized; `None` for an F32 / F16 / BF16
-    /// tensor, which [`array`](Self::array) loads densely.
+    /// tensor, and for every tensor under [`StoredQuant::Dequantize`]: [`array`](Self::array)
+    /// loads those densely.
     pub fn quantized(
         &mut self,
         name: &str,
@@ -125,9 +137,20 @@ impl<'a, B: Backend> GgufArrays<'a, B> {
         cols: usize,
     ) -> LoadResult<Option<Arc<QuantTensor>>> {
         let raw = self.raw(name, &[rows, cols])?;
-        if raw.ggml_type.float_dtype().is_some() {
+        if raw.ggml_type.float_dtype().is_some() || self.stored_quant == StoredQuant::Dequantize {
             return Ok(None);
         }
+        self.blocks(name, &raw, rows, cols).map(Some)
+    }
+
+    /// The GGUF blocks of quantized tensor `raw` (`name`, `[rows, cols]`), validated.
+    fn blocks(
+        &self,
+        name: &str,
+        raw: &RawTensor<'_>,
+        rows: usize,
+        cols: usize,
+    ) -> LoadResult<Arc<QuantTensor>> {
         let invalid = |reason: String| LoadError::InvalidTensor {
             name: name.to_string(),
             reason,
@@ -135,14 +158,26 @@ impl<'a, B: Backend> GgufArrays<'a, B> {
         let ty = QuantGgmlType::from_id(raw.ggml_type.id).map_err(|e| invalid(e.to_string()))?;
         let tensor = QuantTensor::ggml(ty, rows, cols, raw.bytes.to_vec())
             .map_err(|e| invalid(e.to_string()))?;
-        Ok(Some(Arc::new(tensor)))
+        Ok(Arc::new(tensor))
     }
 
     /// Tensor `name` of shape `shape` as a dense array of the compute dtype (stored as F32, F16
-    /// or BF16; a quantized tensor is a [`GgufError::QuantizedTensor`] error: read it with
-    /// [`quantized`](Self::quantized)).
+    /// or BF16; a quantized matrix decoded exactly under [`StoredQuant::Dequantize`], else a
+    /// [`GgufError::QuantizedTensor`] error: read it with [`quantized`](Self::quantized)).
     pub fn array(&mut self, name: &str, shape: &[usize]) -> LoadResult<B::Array> {
         let raw = self.raw(name, shape)?;
+        if let (None, StoredQuant::Dequantize, &[rows, cols]) =
+            (raw.ggml_type.float_dtype(), self.stored_quant, shape)
+        {
+            let values = self.blocks(name, &raw, rows, cols)?.dequantize();
+            return self
+                .backend
+                .from_f32(&values, shape, self.dtype)
+                .map_err(|e| LoadError::Backend {
+                    name: name.to_string(),
+                    reason: e.to_string(),
+                });
+        }
         let src = float_dtype(name, &raw)?;
         self.backend
             .from_le_bytes(raw.bytes, src, shape, self.dtype)

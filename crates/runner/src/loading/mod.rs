@@ -36,7 +36,7 @@ use std::path::Path;
 use mtp_core::quant::QuantScheme;
 use mtp_core::{Backend, DType};
 
-pub use arrays::{ArrayLoader, TensorProgress};
+pub use arrays::{ArrayLoader, Matrix, TensorProgress};
 pub use config_file::{
     read_assistant_config, read_config_json, read_target_config, ASSISTANT_MODEL_TYPES,
     TARGET_MODEL_TYPES,
@@ -58,6 +58,23 @@ pub struct LoadOptions {
     /// Quantize the dense matrices (projections, embedding tables) at load (`--quantize`;
     /// default `None`). Matrices a checkpoint stores quantized stay as stored.
     pub quantize: Option<QuantScheme>,
+    /// What becomes of the matrices a checkpoint stores quantized (GGUF blocks, MLX affine):
+    /// kept for the backend's quantized kernels (default), or decoded to dense
+    /// (`--dequantize`).
+    pub stored_quant: StoredQuant,
+}
+
+/// What loading does with weights a checkpoint stores quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoredQuant {
+    /// Keep them quantized: the backend's quantized matmul and row lookup compute with them.
+    #[default]
+    Keep,
+    /// Decode them exactly ([`QuantTensor::dequantize`](mtp_core::quant::QuantTensor::dequantize))
+    /// to dense arrays of the compute dtype: the computation the file stands for, without the
+    /// 8-bit activation rounding of quantized kernels (HF transformers loads a GGUF this way).
+    /// Costs the dense weights' memory and bandwidth.
+    Dequantize,
 }
 
 impl Default for LoadOptions {
@@ -65,6 +82,7 @@ impl Default for LoadOptions {
         Self {
             dtype: DType::F32,
             quantize: None,
+            stored_quant: StoredQuant::Keep,
         }
     }
 }
@@ -90,7 +108,8 @@ pub(crate) fn loader_for<'a, B: Backend>(
     let mlx = MlxQuantization::read(&dir.join("config.json"))?;
     Ok(ArrayLoader::new(backend, store, options.dtype)
         .with_mlx_quantization(mlx)
-        .with_quantize(options.quantize))
+        .with_quantize(options.quantize)
+        .with_stored_quant(options.stored_quant))
 }
 
 fn check_dtype(options: &LoadOptions, dir: &Path) -> LoadResult<()> {

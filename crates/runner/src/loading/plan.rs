@@ -8,13 +8,28 @@ use mtp_core::{Backend, DType};
 
 use super::config_file::read_target_config;
 use super::error::LoadResult;
+use super::gguf::{is_gguf_path, GgufFile};
 use super::layout::{TextLayout, TOWER_MODULES};
 use super::tensors::TensorStore;
+use super::{LoadOptions, StoredQuant};
 use crate::models::config::LayerType;
+use crate::models::gemma3::config::resolve_gguf;
 
 /// The compute dtype `backend` runs the checkpoint in `dir` best in
 /// ([`Backend::preferred_dtype`] of the dtype most of its weights are stored in).
+///
+/// A GGUF file's quantized matrices compute in the activations' dtype: `auto` is the backend's
+/// preference for its float tensors (F32 on CPUs).
 pub fn auto_dtype<B: Backend>(backend: &B, dir: &Path) -> LoadResult<DType> {
+    if is_gguf_path(dir) {
+        let file = GgufFile::open(dir)?;
+        let stored = file
+            .tensors()
+            .values()
+            .find_map(|t| t.ggml_type.float_dtype())
+            .unwrap_or(DType::F32);
+        return Ok(backend.preferred_dtype(stored));
+    }
     let store = TensorStore::open(dir)?;
     Ok(backend.preferred_dtype(store.stored_float_dtype().unwrap_or(DType::F32)))
 }
@@ -37,8 +52,12 @@ impl MemoryEstimate {
     }
 }
 
-/// The bytes of the float tensors of `dir` in `dtype`, without the multimodal towers.
-fn weight_bytes(dir: &Path, dtype: DType) -> LoadResult<u64> {
+/// The bytes of the tensors of `dir` as `options` loads them, without the multimodal towers:
+/// float tensors in the compute dtype; under `--quantize`, every matrix whose rows split into
+/// whole blocks in its blocks (projections and embedding tables are what it quantizes; 3-D MoE
+/// expert stacks stay dense). MLX affine tensors are counted as dense (candle and the reference
+/// backend decode them; MLX keeps them packed, so this over-estimates there).
+fn weight_bytes(dir: &Path, options: &LoadOptions) -> LoadResult<u64> {
     let store = TensorStore::open(dir)?;
     let towers: Vec<String> = match TextLayout::find(&store).ok().and_then(|l| l.wrapper) {
         Some(wrapper) => TOWER_MODULES
@@ -47,48 +66,100 @@ fn weight_bytes(dir: &Path, dtype: DType) -> LoadResult<u64> {
             .collect(),
         None => Vec::new(),
     };
+    let dense = options.dtype.size_in_bytes() as u64;
     let mut total = 0u64;
     for name in store.names() {
         if towers.iter().any(|t| name.starts_with(t.as_str())) {
             continue;
         }
-        if let Some(shape) = store.shape(name) {
-            let count = shape.iter().map(|&d| d as u64).product::<u64>();
-            total = total.saturating_add(count.saturating_mul(dtype.size_in_bytes() as u64));
-        }
+        let Some(shape) = store.shape(name) else {
+            continue;
+        };
+        let count = shape.iter().map(|&d| d as u64).product::<u64>();
+        let bytes = match (options.quantize, shape.as_slice()) {
+            (Some(scheme), &[_, cols]) if cols % scheme.ggml_type().block_size() == 0 => {
+                let ty = scheme.ggml_type();
+                count / ty.block_size() as u64 * ty.block_bytes() as u64
+            }
+            _ => count.saturating_mul(dense),
+        };
+        total = total.saturating_add(bytes);
     }
     Ok(total)
 }
 
-/// Estimate the memory of the target in `target` (and the drafter in `drafter`) computed in
-/// `dtype`, with the target's KV cache holding `context` positions (capped at the model's
-/// `max_position_embeddings`).
-pub fn estimate_memory(
-    target: &Path,
-    drafter: Option<&Path>,
-    dtype: DType,
+/// The bytes of a GGUF file's tensors as `options` loads them: quantized ones as stored (or in
+/// the compute dtype under `--dequantize`), float ones in the compute dtype.
+fn gguf_weight_bytes(file: &GgufFile, options: &LoadOptions) -> u64 {
+    let dense = options.dtype.size_in_bytes() as u64;
+    file.tensors().values().fold(0u64, |total, t| {
+        let count = t.shape.iter().map(|&d| d as u64).product::<u64>();
+        let bytes = match (t.ggml_type.float_dtype(), options.stored_quant) {
+            (None, StoredQuant::Keep) => t.len as u64,
+            _ => count.saturating_mul(dense),
+        };
+        total.saturating_add(bytes)
+    })
+}
+
+/// The KV cache of `layers` at `context` positions: full layers keep every position, sliding
+/// ones their window (+ 1).
+fn kv_bytes(
+    layers: impl Iterator<Item = (LayerType, usize, usize)>,
+    window: usize,
     context: usize,
-) -> LoadResult<MemoryEstimate> {
-    let resolved = read_target_config(&target.join("config.json"))?;
-    let context = context.min(resolved.config.max_position_embeddings);
-    let mut weights = weight_bytes(target, dtype)?;
-    if let Some(dir) = drafter {
-        weights = weights.saturating_add(weight_bytes(dir, dtype)?);
-    }
-    let window = resolved.config.sliding_window;
-    let mut kv_cache = 0u64;
-    for spec in resolved.layers.iter().take(resolved.cache_layers) {
-        let positions = match spec.layer_type {
+    dtype: DType,
+) -> u64 {
+    layers.fold(0u64, |total, (layer_type, kv_heads, head_dim)| {
+        let positions = match layer_type {
             LayerType::Full => context,
             LayerType::Sliding => context.min(window + 1),
         } as u64;
-        let per_position =
-            2 * (spec.kv_heads * spec.head_dim) as u64 * dtype.size_in_bytes() as u64;
-        kv_cache = kv_cache.saturating_add(positions.saturating_mul(per_position));
+        let per_position = 2 * (kv_heads * head_dim) as u64 * dtype.size_in_bytes() as u64;
+        total.saturating_add(positions.saturating_mul(per_position))
+    })
+}
+
+/// Estimate the memory of the target in `target` (and the drafter in `drafter`) loaded under
+/// `options` (compute dtype, `--quantize`, `--dequantize`), with the target's KV cache holding
+/// `context` positions (capped at the model's `max_position_embeddings`). `target` may be a
+/// GGUF file.
+pub fn estimate_memory(
+    target: &Path,
+    drafter: Option<&Path>,
+    options: &LoadOptions,
+    context: usize,
+) -> LoadResult<MemoryEstimate> {
+    let dtype = options.dtype;
+    let drafter_bytes = match drafter {
+        Some(dir) => weight_bytes(dir, options)?,
+        None => 0,
+    };
+    if is_gguf_path(target) {
+        let file = GgufFile::open(target)?;
+        let config = resolve_gguf(&file)?;
+        let context = context.min(config.max_position_embeddings);
+        let layers = config
+            .layers
+            .iter()
+            .map(|l| (l.layer_type, config.kv_heads, config.head_dim));
+        return Ok(MemoryEstimate {
+            weights: gguf_weight_bytes(&file, options).saturating_add(drafter_bytes),
+            kv_cache: kv_bytes(layers, config.sliding_window, context, dtype),
+            context,
+        });
     }
+    let resolved = read_target_config(&target.join("config.json"))?;
+    let context = context.min(resolved.config.max_position_embeddings);
+    let weights = weight_bytes(target, options)?.saturating_add(drafter_bytes);
+    let layers = resolved
+        .layers
+        .iter()
+        .take(resolved.cache_layers)
+        .map(|spec| (spec.layer_type, spec.kv_heads, spec.head_dim));
     Ok(MemoryEstimate {
         weights,
-        kv_cache,
+        kv_cache: kv_bytes(layers, resolved.config.sliding_window, context, dtype),
         context,
     })
 }

@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 use mtp_core::cache::{CacheSet, FullKvCache, KvCache, KvView, RotatingKvCache};
 use mtp_core::model::{TargetModel, TargetOutput};
-use mtp_core::{AttentionMask, Backend, CoreError, DType};
+use mtp_core::{AttentionMask, Backend, CoreError, DType, ForwardMasks};
 
 use super::config::{KvRole, LayerType, ResolvedText};
 use super::layers::{DecoderLayer, LayerDims};
@@ -115,6 +115,7 @@ impl<B: Backend> Gemma4Target<B> {
             eps,
             moe: resolved.moe,
         };
+        let mut ropes = Vec::new();
         let mut layers = Vec::with_capacity(n);
         for (i, spec) in resolved.layers.iter().enumerate() {
             layers.push(DecoderLayer::load(
@@ -122,6 +123,7 @@ impl<B: Backend> Gemma4Target<B> {
                 &format!("{prefix}layers.{i}"),
                 spec.clone(),
                 dims,
+                &mut ropes,
             )?);
         }
         let final_norm = loader.array(&format!("{prefix}norm.weight"), &[h])?;
@@ -234,6 +236,9 @@ impl<B: Backend> TargetModel<B> for Gemma4Target<B> {
         let t = b.shape(ids)[1];
         let window = self.resolved.config.sliding_window;
         let mut shared: BTreeMap<LayerType, KvView<B>> = BTreeMap::new();
+        // One mask per geometry per forward (full, sliding, and the sliding store layer's wider
+        // ring); none when every key is visible.
+        let mut masks = ForwardMasks::new();
         let mut x = x0;
         for (i, layer) in self.layers.iter().enumerate() {
             let h = layer.attention_input(b, &x)?;
@@ -260,7 +265,8 @@ impl<B: Backend> TargetModel<B> for Gemma4Target<B> {
             };
             let mask = AttentionMask::causal(start, view.start)
                 .with_window((layer_type == LayerType::Sliding).then_some(window));
-            let attn = layer.attend(b, &q, &view, &mask)?;
+            let bias = masks.get(b, mask, t, view.len(b), b.dtype(&q))?;
+            let attn = layer.attend(b, &q, &view, bias)?;
             let ple_i = match &ple {
                 Some(all) => Some(b.reshape(
                     &b.slice(all, 2, i, 1)?,

@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 
 use mtp_core::cache::CacheSet;
 use mtp_core::model::{DraftStep, MtpDrafter};
-use mtp_core::{AttentionMask, Backend, Causality, CoreError, DType, ReduceOp};
+use mtp_core::{AttentionBias, AttentionMask, Backend, Causality, CoreError, DType, ReduceOp};
 
 use super::config::{Gemma4AssistantConfig, LayerType, ResolvedText};
 use super::gemma4::Gemma4Target;
@@ -148,6 +148,7 @@ impl<B: Backend> Gemma4Assistant<B> {
             eps,
             moe: resolved.moe,
         };
+        let mut ropes = Vec::new();
         let mut layers = Vec::with_capacity(resolved.layers.len());
         for (i, spec) in resolved.layers.iter().enumerate() {
             layers.push(DecoderLayer::load(
@@ -155,6 +156,7 @@ impl<B: Backend> Gemma4Assistant<B> {
                 &format!("model.layers.{i}"),
                 spec.clone(),
                 dims,
+                &mut ropes,
             )?);
         }
         let embed = Embedding::load(loader, "model.embed_tokens.weight", v, h)?;
@@ -297,7 +299,9 @@ impl<B: Backend> MtpDrafter<B> for Gemma4Assistant<B> {
             let h = layer.attention_input(b, &x)?;
             let q = layer.queries(b, &h, position)?;
             let mask = self.mask(layer_type, position, view.start);
-            let attn = layer.attend(b, &q, &view, &mask)?;
+            // A step's query sees every cached key of its window: no table is built.
+            let bias = AttentionBias::new(b, mask, b.shape(&q)[2], view.len(b), b.dtype(&q))?;
+            let attn = layer.attend(b, &q, &view, &bias)?;
             x = layer.finish(b, &x, &attn, None)?;
         }
         let hn = b.rms_norm(&x, Some(&self.final_norm), self.eps)?;

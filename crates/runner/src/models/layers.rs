@@ -17,8 +17,10 @@
 //! `v_proj h` is replaced by the raw `k_proj h`. Every norm is an RMS norm whose weight is used as
 //! stored (Gemma 4 has no `1 + w`).
 
+use std::sync::Arc;
+
 use mtp_core::cache::KvView;
-use mtp_core::{AttentionMask, Backend};
+use mtp_core::{AttentionBias, Backend, RopeCache};
 
 use super::config::{KvRole, LayerSpec, MoeSpec};
 use super::moe::MoeBlock;
@@ -65,6 +67,8 @@ pub(crate) struct LayerDims {
 pub(crate) struct DecoderLayer<B: Backend> {
     pub spec: LayerSpec,
     dims: LayerDims,
+    /// The model's rotary tables for this layer's frequencies (shared by layers of one kind).
+    rope: Arc<RopeCache<B>>,
     input_norm: B::Array,
     q_proj: Linear<B>,
     q_norm: B::Array,
@@ -85,12 +89,14 @@ pub(crate) struct DecoderLayer<B: Backend> {
 const SHARED_LAYER_UNUSED: [&str; 4] = ["k_proj", "v_proj", "k_norm", "v_norm"];
 
 impl<B: Backend> DecoderLayer<B> {
-    /// Load layer `prefix` (e.g. `model.layers.3`).
+    /// Load layer `prefix` (e.g. `model.layers.3`); its rotary tables come from `ropes`, the
+    /// model's, shared by layers with the same frequencies.
     pub fn load(
         loader: &mut ArrayLoader<'_, B>,
         prefix: &str,
         spec: LayerSpec,
         dims: LayerDims,
+        ropes: &mut Vec<Arc<RopeCache<B>>>,
     ) -> LoadResult<Self> {
         let (h, hd, nh, kvh) = (dims.hidden, spec.head_dim, dims.heads, spec.kv_heads);
         let attn = format!("{prefix}.self_attn");
@@ -163,6 +169,7 @@ impl<B: Backend> DecoderLayer<B> {
             ple,
             moe,
             layer_scalar,
+            rope: RopeCache::shared(ropes, &spec.inv_freq),
             spec,
             dims,
         })
@@ -184,7 +191,7 @@ impl<B: Backend> DecoderLayer<B> {
     pub fn queries(&self, b: &B, h: &B::Array, start: usize) -> Result<B::Array, B::Error> {
         let q = self.split_heads(b, &self.q_proj.forward(b, h)?, self.dims.heads)?;
         let q = b.rms_norm(&q, Some(&self.q_norm), self.dims.eps)?;
-        b.rope(&q, start, &self.spec.inv_freq)
+        b.rope_cached(&q, start, &self.rope)
     }
 
     /// This layer's own keys and values `[1, kv_heads, t, dim]`; `None` for a KV-shared layer.
@@ -203,10 +210,10 @@ impl<B: Backend> DecoderLayer<B> {
             Some(w) => self.split_heads(b, &w.forward(b, h)?, kvh)?,
             None => k_raw.clone(),
         };
-        let k = b.rope(
+        let k = b.rope_cached(
             &b.rms_norm(&k_raw, Some(&kv.k_norm), self.dims.eps)?,
             start,
-            &self.spec.inv_freq,
+            &self.rope,
         )?;
         let v = b.rms_norm(&v_raw, None, self.dims.eps)?;
         Ok(Some((k, v)))
@@ -218,10 +225,10 @@ impl<B: Backend> DecoderLayer<B> {
         b: &B,
         q: &B::Array,
         view: &KvView<B>,
-        mask: &AttentionMask,
+        bias: &AttentionBias<B>,
     ) -> Result<B::Array, B::Error> {
         let t = b.shape(q)[2];
-        let a = b.attention(q, &view.keys, &view.values, mask, 1.0)?;
+        let a = b.attention_with_bias(q, &view.keys, &view.values, bias, 1.0)?;
         let a = b.reshape(
             &b.transpose(&a, 1, 2)?,
             &[1, t, self.dims.heads * self.spec.head_dim],

@@ -49,8 +49,11 @@ pub use request::{AppState, ServerConfig};
 pub use stop::{Released, StopMatcher};
 pub use worker::{StartError, WorkerEngine, WorkerOptions, WorkerSeat};
 
-/// The HTTP routes of both APIs over `state`.
+/// The HTTP routes of both APIs over `state`. Installs the process-wide metrics recorder first,
+/// so that `/metrics` counts every request the router serves, not only those after the first
+/// scrape.
 pub fn router(state: AppState) -> Router {
+    metrics::handle();
     let limit = state.config.max_body_bytes;
     Router::new()
         .route("/", get(root).head(root))

@@ -39,13 +39,18 @@ pub fn fixture(rel: &str) -> PathBuf {
 
 /// The llama.cpp reference of the real model (committed).
 pub fn llama_cpp_reference() -> serde_json::Value {
-    let path = fixture("real_models/gemma3_270m_llama_cpp.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (tools/real_models/record_llama_cpp.py)",
-            path.display()
-        )
-    });
+    reference("gemma3_270m_llama_cpp.json", "record_llama_cpp.py")
+}
+
+/// HF transformers' reference of the real model, its GGUF dequantized to f32 (committed).
+pub fn hf_transformers_reference() -> serde_json::Value {
+    reference("gemma3_270m_hf_transformers.json", "record_hf_gguf.py")
+}
+
+fn reference(file: &str, recorder: &str) -> serde_json::Value {
+    let path = fixture(&format!("real_models/{file}"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (tools/real_models/{recorder})", path.display()));
     serde_json::from_str(&text).unwrap()
 }
 

@@ -24,7 +24,7 @@ use mtp_core::engine::Engine;
 use mtp_core::model::MtpDrafter;
 use mtp_core::proposer::NgramOptions;
 use mtp_core::Backend;
-use runner::loading::LoadOptions;
+use runner::loading::{LoadOptions, StoredQuant};
 use runner::{ModelPaths, Pipeline, PromptFormat};
 
 use self::args::BenchArgs;
@@ -63,9 +63,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         // Prompts are short; the context is dominated by what the bench generates.
         let context = plan.num_predict.saturating_add(4096);
         let options = prepare_load(&b, &args.model, &paths, context)?;
-        let dtype = match options.quantize {
-            Some(scheme) => format!("{} (--quantize {scheme})", options.dtype),
-            None => options.dtype.to_string(),
+        let dtype = match (options.quantize, options.stored_quant) {
+            (Some(scheme), _) => format!("{} (--quantize {scheme})", options.dtype),
+            (None, StoredQuant::Dequantize) => format!("{} (--dequantize)", options.dtype),
+            (None, StoredQuant::Keep) => options.dtype.to_string(),
         };
         run_on(b, &plan, &paths, ngram, &options, dtype)
     })?;

@@ -12,8 +12,10 @@
 //! how each source provides that scale). Unlike Gemma 4 there is no value norm, no per-layer
 //! input, no layer scalar, and attention is scaled (Gemma 4's is 1.0).
 
+use std::sync::Arc;
+
 use mtp_core::cache::KvView;
-use mtp_core::{AttentionMask, Backend};
+use mtp_core::{AttentionBias, Backend, RopeCache};
 
 use super::config::{Gemma3Layer, Gemma3Resolved};
 use super::weights::WeightSource;
@@ -58,6 +60,8 @@ impl Dims {
 pub(crate) struct DecoderLayer<B: Backend> {
     pub spec: Gemma3Layer,
     dims: Dims,
+    /// The model's rotary tables for this layer's frequencies (shared by layers of one kind).
+    rope: Arc<RopeCache<B>>,
     input_norm: B::Array,
     q_proj: Linear<B>,
     k_proj: Linear<B>,
@@ -74,12 +78,14 @@ pub(crate) struct DecoderLayer<B: Backend> {
 }
 
 impl<B: Backend> DecoderLayer<B> {
-    /// Load layer `prefix` (e.g. `model.layers.3`, HF names).
+    /// Load layer `prefix` (e.g. `model.layers.3`, HF names); its rotary tables come from
+    /// `ropes`, the model's, shared by layers with the same frequencies.
     pub fn load(
         w: &mut dyn WeightSource<B>,
         prefix: &str,
         spec: Gemma3Layer,
         dims: Dims,
+        ropes: &mut Vec<Arc<RopeCache<B>>>,
     ) -> LoadResult<Self> {
         let (h, hd, nh, kvh, inter) = (
             dims.hidden,
@@ -106,6 +112,7 @@ impl<B: Backend> DecoderLayer<B> {
             down_proj: w.linear(&format!("{prefix}.mlp.down_proj.weight"), h, inter)?,
             post_feedforward_norm: w
                 .norm_scale(&format!("{prefix}.post_feedforward_layernorm.weight"), h)?,
+            rope: RopeCache::shared(ropes, &spec.inv_freq),
             spec,
             dims,
         })
@@ -128,7 +135,7 @@ impl<B: Backend> DecoderLayer<B> {
     ) -> Result<B::Array, B::Error> {
         let x = self.split_heads(b, &proj.forward(b, h)?, heads)?;
         let x = b.rms_norm(&x, Some(norm), self.dims.eps)?;
-        b.rope(&x, start, &self.spec.inv_freq)
+        b.rope_cached(&x, start, &self.rope)
     }
 
     /// `input_layernorm(x)`, the queries, and this layer's keys and values (`[1, heads, t, dim]`).
@@ -148,11 +155,11 @@ impl<B: Backend> DecoderLayer<B> {
         x: &B::Array,
         q: &B::Array,
         view: &KvView<B>,
-        mask: &AttentionMask,
+        bias: &AttentionBias<B>,
     ) -> Result<B::Array, B::Error> {
         let d = self.dims;
         let t = b.shape(q)[2];
-        let a = b.attention(q, &view.keys, &view.values, mask, d.attention_scale)?;
+        let a = b.attention_with_bias(q, &view.keys, &view.values, bias, d.attention_scale)?;
         let a = b.reshape(&b.transpose(&a, 1, 2)?, &[1, t, d.heads * d.head_dim])?;
         let a = self.o_proj.forward(b, &a)?;
         let x = b.add(x, &b.rms_norm(&a, Some(&self.post_attention_norm), d.eps)?)?;

@@ -111,7 +111,9 @@ pub fn load_gguf<B: Backend>(
         });
     }
     let config = config::resolve_gguf(file)?;
-    let mut arrays = GgufArrays::new(backend, file, options.dtype).with_progress(progress);
+    let mut arrays = GgufArrays::new(backend, file, options.dtype)
+        .with_stored_quant(options.stored_quant)
+        .with_progress(progress);
     let model = Gemma3Target::load(&mut arrays, config)?;
     let stats = arrays.finish()?;
     Ok((model, stats))

@@ -2,7 +2,7 @@
 
 use mtp_core::cache::{CacheSet, FullKvCache, KvCache, RotatingKvCache};
 use mtp_core::model::{TargetModel, TargetOutput};
-use mtp_core::{AttentionMask, Backend, DType};
+use mtp_core::{AttentionMask, Backend, DType, ForwardMasks};
 
 use super::config::Gemma3Resolved;
 use super::layer::{DecoderLayer, Dims};
@@ -35,12 +35,14 @@ impl<B: Backend> Gemma3Target<B> {
         let embed_scale = weights.scalar("embed_scale", (h as f32).sqrt())?;
         let dims = Dims::of(&config);
         let mut layers = Vec::with_capacity(config.layers.len());
+        let mut ropes = Vec::new();
         for (i, spec) in config.layers.iter().enumerate() {
             layers.push(DecoderLayer::load(
                 weights,
                 &format!("model.layers.{i}"),
                 spec.clone(),
                 dims,
+                &mut ropes,
             )?);
         }
         let final_norm = weights.norm_scale("model.norm.weight", h)?;
@@ -103,13 +105,17 @@ impl<B: Backend> TargetModel<B> for Gemma3Target<B> {
     ) -> Result<TargetOutput<B>, B::Error> {
         let mut x = self.token_embeddings(b, ids)?;
         let window = self.config.sliding_window;
+        let t = b.shape(ids)[1];
+        // One mask per geometry (layer kind) per forward; none when every key is visible.
+        let mut masks = ForwardMasks::new();
         for (i, layer) in self.layers.iter().enumerate() {
             let (q, k, v) = layer.project(b, &x, start)?;
             let view = caches.layer_mut(i)?.update(b, &k, &v)?;
             let sliding = layer.spec.layer_type == LayerType::Sliding;
             let mask =
                 AttentionMask::causal(start, view.start).with_window(sliding.then_some(window));
-            x = layer.finish(b, &x, &q, &view, &mask)?;
+            let bias = masks.get(b, mask, t, view.len(b), b.dtype(&q))?;
+            x = layer.finish(b, &x, &q, &view, bias)?;
         }
         let hidden = b.rms_norm(&x, Some(&self.final_norm), self.config.eps)?;
         Ok(TargetOutput {

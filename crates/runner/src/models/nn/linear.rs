@@ -5,7 +5,7 @@ use std::sync::Arc;
 use mtp_core::quant::QuantTensor;
 use mtp_core::{Backend, DType};
 
-use crate::loading::{ArrayLoader, LoadError, LoadResult};
+use crate::loading::{ArrayLoader, LoadError, LoadResult, Matrix};
 
 /// How a projection's weight `[out, in]` is held.
 #[derive(Debug, Clone)]
@@ -34,26 +34,26 @@ pub struct Linear<B: Backend> {
 
 impl<B: Backend> Linear<B> {
     /// Load the weight `name` of shape `[out, in]`: quantized when the checkpoint stores it so
-    /// (MLX affine) or the loader quantizes at load (`--quantize`), else dense in the compute
-    /// dtype.
+    /// (MLX affine, unless `--dequantize`) or the loader quantizes at load (`--quantize`), else
+    /// dense in the compute dtype ([`ArrayLoader::matrix`]).
     pub fn load(
         loader: &mut ArrayLoader<'_, B>,
         name: &str,
         out: usize,
         inp: usize,
     ) -> LoadResult<Self> {
-        if let Some(weight) = loader.quantized(name, out, inp)? {
-            return Ok(Self {
-                weight: Weight::Quantized {
-                    weight,
-                    dtype: loader.dtype(),
-                },
-                out_features: out,
-                in_features: inp,
-            });
-        }
-        let array = loader.array(name, &[out, inp])?;
-        Ok(Self::dense(array, out, inp))
+        let weight = match loader.matrix(name, out, inp)? {
+            Matrix::Dense(array) => Weight::Dense(array),
+            Matrix::Quantized(weight) => Weight::Quantized {
+                weight,
+                dtype: loader.dtype(),
+            },
+        };
+        Ok(Self {
+            weight,
+            out_features: out,
+            in_features: inp,
+        })
     }
 
     /// A projection over the dense weight `w` of shape `[out, inp]` (the caller's shape is

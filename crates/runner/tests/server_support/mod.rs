@@ -1,0 +1,65 @@
+//! Shared by the server tests: the committed default pair and a worker serving it.
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use backend_candle::CandleBackend;
+use http_body_util::BodyExt;
+use runner::server::{WorkerEngine, WorkerOptions};
+use runner::{ModelPaths, Pipeline};
+use serde_json::Value;
+use tower::ServiceExt;
+
+/// The name requests must give.
+pub const NAME: &str = "default";
+
+/// The committed default pair (target + assistant).
+pub fn pair() -> ModelPaths {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/default");
+    ModelPaths {
+        target: dir.join("target"),
+        drafter: Some(dir.join("assistant")),
+        tokenizer: None,
+    }
+}
+
+/// A worker over the default pair on candle's CPU, with a queue of `queue` requests.
+pub fn worker(queue: usize) -> WorkerEngine {
+    WorkerEngine::spawn(
+        &pair(),
+        WorkerOptions {
+            name: NAME.into(),
+            queue_depth: queue,
+            env: Default::default(),
+        },
+        |seat| {
+            seat.run(
+                Pipeline::load(CandleBackend::cpu(), &pair(), &Default::default())
+                    .map_err(Into::into),
+            )
+        },
+    )
+    .unwrap()
+}
+
+/// One in-process request to `router` (JSON `body`): the status and the body text.
+pub async fn call(
+    router: &Router,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, String) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
