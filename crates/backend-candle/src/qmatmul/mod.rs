@@ -38,6 +38,7 @@ mod q5_0;
 mod q6_k;
 #[allow(unsafe_code)]
 mod q8_0;
+mod row_loop;
 #[cfg(target_arch = "x86_64")]
 mod simd_x86;
 #[allow(unsafe_code)]

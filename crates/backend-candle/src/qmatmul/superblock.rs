@@ -13,7 +13,7 @@ use std::ops::Range;
 use mtp_core::quant::QK_K;
 
 use super::acts::{BlockQ8K, Quantized};
-use super::ROW_CHUNK;
+use super::{row_loop, ROW_CHUNK};
 
 /// One K-quant block decoded for the portable kernel.
 pub(super) struct Decoded {
@@ -61,6 +61,18 @@ pub(super) trait SuperBlock {
     unsafe fn decode_avx2(block: &[u8]) -> DecodedAvx2;
 }
 
+/// The block's contribution `d_x (d · sum − dbias · Σ_g bias_g bsum_g)` from its exact
+/// integer quant sum `sum` (the scalar and NEON kernels' `f32` arithmetic, in one order).
+fn block_value(w: &Decoded, x: &BlockQ8K, sum: i32) -> f32 {
+    let bias: i32 = w
+        .bias
+        .iter()
+        .zip(&x.bsums)
+        .map(|(&m, &s)| m * i32::from(s))
+        .sum();
+    (w.d * x.d) * sum as f32 - (w.dbias * x.d) * bias as f32
+}
+
 /// `out[j][i]` = weight row `rows.start + i` dotted with activation row `j`: the portable
 /// kernel and the oracle of the SIMD one.
 pub(super) fn rows_scalar<B: SuperBlock>(
@@ -70,41 +82,26 @@ pub(super) fn rows_scalar<B: SuperBlock>(
     acts: &Quantized<BlockQ8K>,
     out: &mut [&mut [f32]],
 ) {
-    let n = out.len();
-    let chunks = acts.row_chunks(n);
-    for (i, r) in rows.enumerate() {
-        let w_row = &weights[r * row_bytes..][..row_bytes];
-        for (c, xs) in chunks.iter().enumerate() {
-            let (j0, m) = (c * ROW_CHUNK, ROW_CHUNK.min(n - c * ROW_CHUNK));
-            let mut acc = [0f32; ROW_CHUNK];
-            for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
-                let w = B::decode(block);
-                for (jj, a) in acc[..m].iter_mut().enumerate() {
-                    let x = &xs[jj][b];
-                    let mut sum = 0i32;
-                    for (g, (q, xq)) in w.q.chunks_exact(16).zip(x.qs.chunks_exact(16)).enumerate()
-                    {
-                        let group: i32 = q
-                            .iter()
-                            .zip(xq)
-                            .map(|(&q, &x)| i32::from(q) * i32::from(x))
-                            .sum();
-                        sum += w.scale[g] * group;
-                    }
-                    let bias: i32 = w
-                        .bias
+    row_loop::each_chunk(weights, row_bytes, rows, acts, out, |w_row, xs, m| {
+        let mut acc = [0f32; ROW_CHUNK];
+        for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
+            let w = B::decode(block);
+            for (jj, a) in acc[..m].iter_mut().enumerate() {
+                let x = &xs[jj][b];
+                let mut sum = 0i32;
+                for (g, (q, xq)) in w.q.chunks_exact(16).zip(x.qs.chunks_exact(16)).enumerate() {
+                    let group: i32 = q
                         .iter()
-                        .zip(&x.bsums)
-                        .map(|(&m, &s)| m * i32::from(s))
+                        .zip(xq)
+                        .map(|(&q, &x)| i32::from(q) * i32::from(x))
                         .sum();
-                    *a += (w.d * x.d) * sum as f32 - (w.dbias * x.d) * bias as f32;
+                    sum += w.scale[g] * group;
                 }
-            }
-            for (jj, &a) in acc[..m].iter().enumerate() {
-                out[j0 + jj][i] = a;
+                *a += block_value(&w, x, sum);
             }
         }
-    }
+        acc
+    });
 }
 
 /// [`rows_scalar`] with AVX2: `maddubs` of the unsigned quants with `x` (no saturation: `q ≤ 63`,
@@ -112,8 +109,8 @@ pub(super) fn rows_scalar<B: SuperBlock>(
 /// the `bsums` with the multipliers, then two fused multiply-adds per block and row.
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA and F16C. `weights` must hold `rows.end` rows of `row_bytes` bytes, a
-/// whole number of `B::BYTES`-byte blocks, matching `acts`' blocks per row.
+/// The CPU must have AVX2, FMA and F16C. `weights` must hold `rows.end` rows of `row_bytes`
+/// bytes, a whole number of `B::BYTES`-byte blocks, matching `acts`' blocks per row.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn rows_avx2<B: SuperBlock>(
@@ -127,38 +124,30 @@ pub(super) unsafe fn rows_avx2<B: SuperBlock>(
 
     use super::simd_x86::hsum;
 
-    let n = out.len();
-    let chunks = acts.row_chunks(n);
-    for (i, r) in rows.enumerate() {
-        let w_row = &weights[r * row_bytes..][..row_bytes];
-        for (c, xs) in chunks.iter().enumerate() {
-            let (j0, m) = (c * ROW_CHUNK, ROW_CHUNK.min(n - c * ROW_CHUNK));
-            let mut acc = [_mm256_setzero_ps(); ROW_CHUNK];
-            for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
-                // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
-                let w = unsafe { B::decode_avx2(block) };
-                for (jj, a) in acc[..m].iter_mut().enumerate() {
-                    let x = &xs[jj][b];
-                    let mut sum = _mm256_setzero_si256();
-                    for (k, (&q, &scale)) in w.q.iter().zip(&w.scale).enumerate() {
-                        // SAFETY: `x.qs` holds 256 bytes, so 32 from `32 k` (k < 8) are inside.
-                        let xq = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * k).cast()) };
-                        let pairs = _mm256_maddubs_epi16(q, xq);
-                        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, scale));
-                    }
-                    // SAFETY: `x.bsums` is 16 `i16`s, 32 bytes.
-                    let bsums = unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) };
-                    let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, w.bias));
-                    let sum = _mm256_cvtepi32_ps(sum);
-                    *a = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), sum, *a);
-                    *a = _mm256_fnmadd_ps(_mm256_set1_ps(w.dbias * x.d), bias, *a);
+    row_loop::each_chunk(weights, row_bytes, rows, acts, out, |w_row, xs, m| {
+        let mut acc = [_mm256_setzero_ps(); ROW_CHUNK];
+        for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
+            // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
+            let w = unsafe { B::decode_avx2(block) };
+            for (jj, a) in acc[..m].iter_mut().enumerate() {
+                let x = &xs[jj][b];
+                let mut sum = _mm256_setzero_si256();
+                for (k, (&q, &scale)) in w.q.iter().zip(&w.scale).enumerate() {
+                    // SAFETY: `x.qs` holds 256 bytes, so 32 from `32 k` (k < 8) are inside.
+                    let xq = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * k).cast()) };
+                    let pairs = _mm256_maddubs_epi16(q, xq);
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, scale));
                 }
-            }
-            for (jj, &a) in acc[..m].iter().enumerate() {
-                out[j0 + jj][i] = hsum(a);
+                // SAFETY: `x.bsums` is 16 `i16`s, 32 bytes.
+                let bsums = unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) };
+                let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, w.bias));
+                let sum = _mm256_cvtepi32_ps(sum);
+                *a = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), sum, *a);
+                *a = _mm256_fnmadd_ps(_mm256_set1_ps(w.dbias * x.d), bias, *a);
             }
         }
-    }
+        acc.map(|a| hsum(a))
+    });
 }
 
 /// [`rows_scalar`] with NEON dot products per group of 16 (`q ≤ 63`, `|x| ≤ 127`: two products
@@ -179,42 +168,28 @@ pub(super) unsafe fn rows_neon<B: SuperBlock>(
 ) {
     use std::arch::aarch64::*;
 
-    let n = out.len();
-    let chunks = acts.row_chunks(n);
-    for (i, r) in rows.enumerate() {
-        let w_row = &weights[r * row_bytes..][..row_bytes];
-        for (c, xs) in chunks.iter().enumerate() {
-            let (j0, m) = (c * ROW_CHUNK, ROW_CHUNK.min(n - c * ROW_CHUNK));
-            let mut acc = [0f32; ROW_CHUNK];
-            for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
-                let w = B::decode(block);
-                for (jj, a) in acc[..m].iter_mut().enumerate() {
-                    let x = &xs[jj][b];
-                    let mut sum = 0i32;
-                    for (g, &scale) in w.scale.iter().enumerate() {
-                        // SAFETY: group `g < 16` spans bytes 16 g .. 16 g + 16 of the 256-byte
-                        // `w.q` and `x.qs`. The quants are at most 63, so they are valid `i8`s.
-                        let (q, xq) = unsafe {
-                            (
-                                vreinterpretq_s8_u8(vld1q_u8(w.q.as_ptr().add(16 * g))),
-                                vld1q_s8(x.qs.as_ptr().add(16 * g)),
-                            )
-                        };
-                        let p = vmlal_high_s8(vmull_s8(vget_low_s8(q), vget_low_s8(xq)), q, xq);
-                        sum += scale * vaddlvq_s16(p);
-                    }
-                    let bias: i32 = w
-                        .bias
-                        .iter()
-                        .zip(&x.bsums)
-                        .map(|(&m, &s)| m * i32::from(s))
-                        .sum();
-                    *a += (w.d * x.d) * sum as f32 - (w.dbias * x.d) * bias as f32;
+    row_loop::each_chunk(weights, row_bytes, rows, acts, out, |w_row, xs, m| {
+        let mut acc = [0f32; ROW_CHUNK];
+        for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
+            let w = B::decode(block);
+            for (jj, a) in acc[..m].iter_mut().enumerate() {
+                let x = &xs[jj][b];
+                let mut sum = 0i32;
+                for (g, &scale) in w.scale.iter().enumerate() {
+                    // SAFETY: group `g < 16` spans bytes 16 g .. 16 g + 16 of the 256-byte
+                    // `w.q` and `x.qs`. The quants are at most 63, so they are valid `i8`s.
+                    let (q, xq) = unsafe {
+                        (
+                            vreinterpretq_s8_u8(vld1q_u8(w.q.as_ptr().add(16 * g))),
+                            vld1q_s8(x.qs.as_ptr().add(16 * g)),
+                        )
+                    };
+                    let p = vmlal_high_s8(vmull_s8(vget_low_s8(q), vget_low_s8(xq)), q, xq);
+                    sum += scale * vaddlvq_s16(p);
                 }
-            }
-            for (jj, &a) in acc[..m].iter().enumerate() {
-                out[j0 + jj][i] = a;
+                *a += block_value(&w, x, sum);
             }
         }
-    }
+        acc
+    });
 }
