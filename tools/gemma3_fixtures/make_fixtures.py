@@ -33,7 +33,13 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+from transformers import (
+    Gemma3Config,
+    Gemma3ForCausalLM,
+    Gemma3ForConditionalGeneration,
+    Gemma3TextConfig,
+    SiglipVisionConfig,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "tests" / "fixtures" / "gemma3"
@@ -82,6 +88,19 @@ CASES = {
                         "sliding_attention": {"rope_type": "default", "rope_theta": 5_000.0},
                     }),
         gguf=False, new_tokens=16,
+    ),
+    # The layout Google publishes (gemma-3-4b-it and up): Gemma3ForConditionalGeneration, config
+    # model_type "gemma3" with the text model in text_config, a (tiny) SigLIP vision tower and the
+    # multimodal projector in the same file; save_pretrained writes the text model under
+    # `language_model.model.` and the tower under `vision_tower.` as the published files have it.
+    # A text prompt never runs the tower.
+    "multimodal": dict(
+        config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=6, num_attention_heads=2,
+                    num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+                    max_position_embeddings=256),
+        gguf=False, new_tokens=16,
+        vision=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    image_size=28, patch_size=14),
     ),
 }
 
@@ -139,16 +158,26 @@ def perturb_norms(model: torch.nn.Module, gen: torch.Generator) -> None:
                 p.add_(0.3 * torch.randn(p.shape, generator=gen))
 
 
-def build(case: dict, vocab: int, seed: int) -> Gemma3ForCausalLM:
+def build(case: dict, vocab: int, seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
     config = Gemma3TextConfig(vocab_size=vocab, rms_norm_eps=1e-6, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
                               bos_token_id=BOS_ID, tie_word_embeddings=True, **case["config"])
-    config._attn_implementation = "sdpa"
-    model = Gemma3ForCausalLM(config).eval()
+    if "vision" in case:
+        # Special image ids inside the tiny vocabulary (unused by text prompts).
+        config = Gemma3Config(text_config=config, vision_config=SiglipVisionConfig(**case["vision"]),
+                              mm_tokens_per_image=4, boi_token_index=5, eoi_token_index=6, image_token_index=7,
+                              tie_word_embeddings=True)
+        config._attn_implementation = "sdpa"
+        model = Gemma3ForConditionalGeneration(config).eval()
+        text = model.model.language_model
+    else:
+        config._attn_implementation = "sdpa"
+        model = Gemma3ForCausalLM(config).eval()
+        text = model.model
     # Larger weights than HF's init (std 0.02 everywhere makes the continuation one repeated token).
     with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(3.0)
-        for name, p in model.named_parameters():
+        text.embed_tokens.weight.mul_(3.0)
+        for name, p in text.named_parameters():
             if name.endswith("proj.weight"):
                 p.mul_(8.0)
     perturb_norms(model, torch.Generator().manual_seed(seed + 1))
@@ -242,8 +271,10 @@ def main() -> None:
     parser.add_argument("--cases", nargs="*", default=list(CASES))
     args = parser.parse_args()
     setup_determinism()
-    for i, name in enumerate(args.cases):
-        make_case(name, CASES[name], args.out, args.llama_cpp, seed=1234 + 17 * i)
+    for name in args.cases:
+        # Seeded by the case's place in CASES, so one case can be regenerated alone.
+        seed = 1234 + 17 * list(CASES).index(name)
+        make_case(name, CASES[name], args.out, args.llama_cpp, seed=seed)
 
 
 if __name__ == "__main__":

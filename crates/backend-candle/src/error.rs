@@ -15,6 +15,9 @@ pub enum CandleError {
     /// A backend-neutral error (shapes, axes, dtypes, indices, caches, options).
     #[error(transparent)]
     Core(#[from] CoreError),
+    /// The batched quantized CPU matmul refused its inputs.
+    #[error(transparent)]
+    QMatMul(#[from] crate::qmatmul::QMatMulError),
     /// A tensor holds a candle dtype that mtp-core has no name for (U8, I16, I64, F64, F8, ...).
     #[error("{op}: candle dtype {dtype:?} is not one of f32, f16, bf16, i32, u32")]
     UnsupportedDType {

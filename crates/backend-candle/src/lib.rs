@@ -58,6 +58,7 @@ mod error;
 mod experts;
 mod fused;
 mod ops;
+pub mod qmatmul;
 mod quantized;
 #[cfg(test)]
 mod quantized_tests;
@@ -66,7 +67,7 @@ mod tests;
 mod topk;
 
 pub use error::{CandleError, Result};
-pub use quantized::CandleQuantWeight;
+pub use quantized::{CandleQuantWeight, BATCHED_QMATMUL_ENV};
 
 use std::sync::Arc;
 

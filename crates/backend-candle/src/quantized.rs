@@ -1,12 +1,14 @@
-//! Quantized weights on candle: GGUF blocks go to `candle_core::quantized` (`QTensor` /
-//! `QMatMul`: candle's CPU kernels here, its CUDA and Metal kernels on those devices); MLX
-//! affine weights and GGUF Q8_K, which candle has no kernel for, are dequantized once to a dense
-//! tensor of the compute dtype.
+//! Quantized weights on candle. On the CPU, the GGUF types [`QuantMatMul`] supports (Q8_0,
+//! Q5_0, Q4_0, Q4_K, Q6_K) run this crate's batched kernels straight from the shared GGUF bytes;
+//! other GGUF blocks go to `candle_core::quantized` (`QTensor` / `QMatMul`: candle's CPU kernels,
+//! and on CUDA and Metal candle's kernels for every type); MLX affine weights and GGUF Q8_K,
+//! which candle has no kernel for, are dequantized once to a dense tensor of the compute dtype.
 //!
-//! candle's quantized matmul quantizes the activations to the weight type's dot-product partner
-//! (Q8_0 / Q8_K) as ggml does, so its results differ from the dequantized oracle by that rounding
-//! (see the tests for the tolerance per type).
+//! Both quantized matmuls quantize the activations to the weight type's dot-product partner
+//! (Q8_0 / Q8_K) as ggml does, so their results differ from the dequantized oracle by that
+//! rounding (see the tests for the tolerance per type).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType, QMatMul};
@@ -15,6 +17,7 @@ use mtp_core::quant::{GgmlType, QuantFormat, QuantTensor};
 use mtp_core::DType;
 
 use crate::ops::{self, to_candle};
+use crate::qmatmul::QuantMatMul;
 use crate::Result;
 
 /// A quantized weight prepared for candle; see the [module docs](self).
@@ -26,6 +29,8 @@ pub struct CandleQuantWeight {
 
 #[derive(Debug, Clone)]
 enum Kernel {
+    /// This crate's batched CPU kernels over the shared GGUF bytes.
+    Batched(QuantMatMul),
     /// candle's quantized matmul over the GGUF blocks.
     Blocks(QMatMul),
     /// A dense `[rows, cols]` tensor of the compute dtype (formats candle has no kernel for).
@@ -59,9 +64,17 @@ pub(crate) fn prepare(
     dtype: DType,
 ) -> Result<CandleQuantWeight> {
     let kernel = match tensor.format() {
+        QuantFormat::Ggml(ty)
+            if device.is_cpu() && QuantMatMul::supports(ty) && batched_enabled() =>
+        {
+            Kernel::Batched(QuantMatMul::new(tensor.clone())?)
+        }
         // candle 0.11 cannot decode Q8_K (a dot-product partner type, never a stored weight in
         // practice): the exact host decoder makes it dense.
         QuantFormat::Ggml(ty) if ty != GgmlType::Q8K => {
+            if device.is_cpu() {
+                say_no_batched_kernel(ty);
+            }
             let q = qtensor_from_ggml(
                 ggml_dtype(ty),
                 tensor.data(),
@@ -83,15 +96,51 @@ pub(crate) fn prepare(
     })
 }
 
+/// The environment variable that, set to `0`, turns the batched CPU kernel off (candle's
+/// `QMatMul` then runs every GGUF type): an A/B switch for benchmarks and bisecting.
+pub const BATCHED_QMATMUL_ENV: &str = "MTP_BATCHED_QMATMUL";
+
+/// Whether the batched CPU kernel is on (read once; said once at `info` when it is off).
+fn batched_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let off = std::env::var(BATCHED_QMATMUL_ENV).is_ok_and(|v| v.trim() == "0");
+        if off {
+            tracing::info!("{BATCHED_QMATMUL_ENV}=0: the batched quantized CPU kernel is off, candle's QMatMul runs every GGUF type");
+        }
+        !off
+    })
+}
+
+/// Log once per type that GGUF `ty` runs on candle's one-row-at-a-time CPU `QMatMul`.
+fn say_no_batched_kernel(ty: GgmlType) {
+    static SAID: [AtomicBool; 64] = [const { AtomicBool::new(false) }; 64];
+    let said = &SAID[ty.id() as usize % SAID.len()];
+    if !said.swap(true, Ordering::Relaxed) {
+        tracing::info!(
+            "GGUF {ty} weights: no batched CPU kernel, using candle's QMatMul (one activation row at a time)"
+        );
+    }
+}
+
 impl CandleQuantWeight {
     /// The host tensor this weight was prepared from.
     pub fn source(&self) -> &QuantTensor {
         &self.source
     }
 
-    /// Whether candle's quantized kernels compute with it (else a dense tensor does).
+    /// Whether a quantized kernel (this crate's batched one or candle's) computes with it, else
+    /// a dense tensor does.
     pub fn uses_quantized_kernel(&self) -> bool {
-        matches!(self.kernel, Kernel::Blocks(QMatMul::QTensor(_)))
+        matches!(
+            self.kernel,
+            Kernel::Batched(_) | Kernel::Blocks(QMatMul::QTensor(_))
+        )
+    }
+
+    /// Whether this crate's batched CPU kernel ([`QuantMatMul`]) computes with it.
+    pub fn uses_batched_kernel(&self) -> bool {
+        matches!(self.kernel, Kernel::Batched(_))
     }
 
     /// `x @ Wᵀ` (`x`: `[.., in]`), in `x`'s dtype.
@@ -109,6 +158,7 @@ impl CandleQuantWeight {
         }
         let flat = x.reshape(((dims.iter().product::<usize>()) / cols.max(1), cols))?;
         let y = match &self.kernel {
+            Kernel::Batched(k) => batched_linear(k, &flat)?,
             Kernel::Blocks(q) => q.forward(&flat.contiguous()?)?,
             Kernel::Dense(w) => flat.matmul(&w.t()?)?,
         };
@@ -121,9 +171,42 @@ impl CandleQuantWeight {
     /// Rows `ids` (any shape) as `dtype`.
     pub(crate) fn rows(&self, ids: &Tensor, dtype: DType) -> Result<Tensor> {
         let rows = match &self.kernel {
+            Kernel::Batched(_) => self.decoded_rows(ids)?,
             Kernel::Blocks(q) => q.embedding(ids)?,
             Kernel::Dense(w) => ops::embedding(w, ids)?,
         };
         Ok(rows.to_dtype(to_candle(dtype))?)
     }
+
+    /// Rows `ids` decoded on the host by mtp-core's exact decoders (only those rows), as `f32`
+    /// `[ids.., cols]`.
+    fn decoded_rows(&self, ids: &Tensor) -> Result<Tensor> {
+        let list: Vec<usize> = ids
+            .flatten_all()?
+            .to_dtype(candle_core::DType::U32)?
+            .to_vec1::<u32>()?
+            .into_iter()
+            .map(|i| i as usize)
+            .collect();
+        let values = self
+            .source
+            .dequantize_rows(&list)
+            .map_err(mtp_core::CoreError::from)?;
+        let mut shape = ids.dims().to_vec();
+        shape.push(self.source.cols());
+        Ok(Tensor::from_vec(values, shape, ids.device())?)
+    }
+}
+
+/// `x @ Wᵀ` on [`QuantMatMul`] for `[n, cols]` `x` of any float dtype (computed in `f32`,
+/// returned in `x`'s dtype).
+fn batched_linear(k: &QuantMatMul, x: &Tensor) -> Result<Tensor> {
+    let (n, _) = x.dims2()?;
+    let values = x
+        .to_dtype(candle_core::DType::F32)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    let y = k.forward(&values, n)?;
+    let y = Tensor::from_vec(y, (n, k.weight().rows()), x.device())?;
+    Ok(y.to_dtype(x.dtype())?)
 }

@@ -16,16 +16,16 @@ use crate::{CandleBackend, CandleError};
 type TestResult = Result<(), CandleError>;
 
 /// A small deterministic generator.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn unit(&mut self) -> f32 {
+    pub(crate) fn unit(&mut self) -> f32 {
         (self.next() % 2001) as f32 / 1000.0 - 1.0
     }
 }
@@ -44,7 +44,7 @@ fn scale_offsets(ty: GgmlType) -> &'static [usize] {
 }
 
 /// Random valid blocks of `ty` for a `[rows, cols]` tensor.
-fn random_tensor(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> QuantTensor {
+pub(crate) fn random_tensor(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> QuantTensor {
     let mut rng = Rng(seed | 1);
     let blocks = rows * cols / ty.block_size();
     let mut data = Vec::with_capacity(blocks * ty.block_bytes());
@@ -91,14 +91,14 @@ fn candle_dequantizes_every_type_like_the_oracle() -> TestResult {
 }
 
 /// `max |a - b| / max |b|`.
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn rel_err(a: &[f32], b: &[f32]) -> f32 {
     let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-12);
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
 
 /// candle's quantized matmul rounds the activations to 8 bits per block (Q8_0 / Q8_K, as ggml
 /// does), so it matches the dequantized oracle only to about 1 % of the output range.
-const QMATMUL_TOLERANCE: f32 = 2e-2;
+pub(crate) const QMATMUL_TOLERANCE: f32 = 2e-2;
 
 #[test]
 fn qmatmul_matches_the_dequantized_oracle_per_type() -> TestResult {

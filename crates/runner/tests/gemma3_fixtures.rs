@@ -86,6 +86,7 @@ fn sources() -> Vec<(PathBuf, &'static str, f32)> {
     vec![
         (fixture("gemma3/tiny/hf"), "tiny", TOLERANCE),
         (fixture("gemma3/scaled/hf"), "scaled", TOLERANCE),
+        (fixture("gemma3/multimodal/hf"), "multimodal", TOLERANCE),
         (fixture("gemma3/tiny/model-f32.gguf"), "tiny", TOLERANCE),
         (fixture("gemma3/tiny/model-f16.gguf"), "tiny", F16_TOLERANCE),
     ]
@@ -187,3 +188,44 @@ per_backend!(
     greedy_matches_hf,
     decode_builds_no_mask_and_verify_one_per_kind
 );
+
+/// The multimodal layout's vision tower and projector are skipped, never read: the load reports
+/// them as deliberately unused, and a `gemma3` config without its `text_config` is a clear
+/// error.
+#[test]
+fn multimodal_layout_skips_the_vision_tower_and_needs_a_text_config() {
+    let b = mtp_core::reference::ReferenceBackend::default();
+    let dir = fixture("gemma3/multimodal/hf");
+    let (_, report) = load_target_model(&b, &dir, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+    assert!(report.stats.skipped_tensors > 0, "{:?}", report.stats);
+
+    let broken = tempfile::tempdir().unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    config.as_object_mut().unwrap().remove("text_config");
+    std::fs::write(broken.path().join("config.json"), config.to_string()).unwrap();
+    std::fs::copy(
+        dir.join("model.safetensors"),
+        broken.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let Err(err) = load_target_model(&b, broken.path(), &LoadOptions::default(), &mut |_, _| {})
+    else {
+        panic!("a gemma3 config without text_config loaded");
+    };
+    assert!(err.to_string().contains("text_config"), "{err}");
+}
+
+/// The memory estimate reads Gemma 3 configs (text and multimodal): the text weights only
+/// (the vision tower is never loaded) and a KV cache sized from the text config.
+#[test]
+fn memory_estimate_reads_gemma3_configs() {
+    use runner::loading::estimate_memory;
+    for case in ["tiny", "multimodal"] {
+        let dir = fixture(&format!("gemma3/{case}/hf"));
+        let e = estimate_memory(&dir, None, &LoadOptions::default(), 100).unwrap();
+        // 6 layers, 1 KV head of 16, f32: 1 full layer at 100 positions, 5 sliding at 9.
+        assert_eq!(e.kv_cache, 2 * 16 * 4 * (100 + 5 * 9), "{case}");
+        assert!(e.weights > 0, "{case}");
+    }
+}

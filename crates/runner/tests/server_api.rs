@@ -170,7 +170,10 @@ fn ollama_generate_and_chat_equal_the_pipeline() {
         assert_eq!(v["response"], want);
         assert_eq!(v["done"], true);
         assert_eq!(v["eval_count"], count);
-        assert_eq!(v["prompt_eval_count"], raw_ids(PROMPT).len());
+        // Evaluated prompt tokens: all of them, or fewer when an earlier request on this shared
+        // server left the prompt's prefix in the caches (prefix reuse).
+        let evaluated = v["prompt_eval_count"].as_u64().unwrap() as usize;
+        assert!((1..=raw_ids(PROMPT).len()).contains(&evaluated), "{v}");
         assert!(v["total_duration"].as_u64().unwrap() > 0);
         assert!(v["mtp"]["drafted"].as_u64().unwrap() > 0, "{v}");
         assert!(v["done_reason"] == "length" || v["done_reason"] == "stop");
@@ -235,6 +238,11 @@ fn openai_chat_and_completions_equal_the_pipeline() {
         assert_eq!(v["object"], "chat.completion");
         assert_eq!(v["choices"][0]["message"]["content"], want);
         assert_eq!(v["usage"]["completion_tokens"], count);
+        // OpenAI counts every prompt token; those served by prefix reuse are also in
+        // `prompt_tokens_details.cached_tokens`.
+        assert_eq!(v["usage"]["prompt_tokens"], chat_ids(&messages).len());
+        let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+        assert!(cached < chat_ids(&messages).len() as u64, "{v}");
         assert_eq!(v["model"], NAME);
 
         let mut body = body;
@@ -843,6 +851,103 @@ fn thirty_two_concurrent_streams_get_their_exact_text_despite_a_killed_client() 
     assert_eq!(cancelled.len(), 1, "only the killed client's job: {ends:?}");
     assert!(cancelled[0].1 < 2000, "cancelled early: {ends:?}");
     let _ = stop_tx.send(());
+    rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), served).await })
+        .expect("the server returns after shutdown")
+        .unwrap()
+        .unwrap();
+}
+
+/// Prefix reuse: a second chat turn resends the first turn and its answer; the worker keeps the
+/// first turn's caches and evaluates only the new tokens (`prompt_eval_count` counts those), and
+/// the answer is exactly the pipeline's fresh greedy answer to the whole conversation. A
+/// diverging conversation then reuses only what it shares, and is exact too.
+#[test]
+fn a_second_chat_turn_reuses_the_first_turns_caches_and_stays_exact() {
+    let s = start(ServerConfig::default(), 4);
+    let rt = runtime();
+    rt.block_on(async {
+        let turn = |messages: &[(&str, String)]| {
+            let body: Vec<Value> = messages
+                .iter()
+                .map(|(role, content)| json!({"role": role, "content": content}))
+                .collect();
+            json!({"model": NAME, "messages": body, "stream": false,
+                   "options": {"temperature": 0, "num_predict": 20}})
+        };
+        let chat = |messages: &[(&str, String)]| {
+            let list: Vec<ChatMessage> = messages
+                .iter()
+                .map(|(role, content)| ChatMessage::text(role, content))
+                .collect();
+            chat_ids(&list)
+        };
+        let mut messages = vec![("user", "Who made the light?".to_string())];
+        let (_, text) = call(&s.router, "POST", "/api/chat", Some(turn(&messages))).await;
+        let first = json_of(&text);
+        assert_eq!(first["prompt_eval_count"], chat(&messages).len());
+        let answer = first["message"]["content"].as_str().unwrap().to_string();
+        messages.push(("assistant", answer));
+        messages.push(("user", "And what did he call the darkness?".to_string()));
+        let ids = chat(&messages);
+        let (want, _) = reference(&ids, 20);
+        let (_, text) = call(&s.router, "POST", "/api/chat", Some(turn(&messages))).await;
+        let second = json_of(&text);
+        let evaluated = second["prompt_eval_count"].as_u64().unwrap() as usize;
+        eprintln!(
+            "second turn: {evaluated} of {} prompt tokens evaluated",
+            ids.len()
+        );
+        assert!(
+            evaluated < ids.len() / 2,
+            "the first turn was reused: {evaluated} of {} evaluated",
+            ids.len()
+        );
+        assert_eq!(second["message"]["content"], want);
+
+        // A conversation sharing only the system-free start with what is held.
+        let other = vec![("user", "Who made the sea?".to_string())];
+        let ids = chat(&other);
+        let (want, _) = reference(&ids, 20);
+        let (_, text) = call(&s.router, "POST", "/api/chat", Some(turn(&other))).await;
+        let third = json_of(&text);
+        assert_eq!(third["message"]["content"], want);
+        assert!(third["prompt_eval_count"].as_u64().unwrap() as usize <= ids.len());
+    });
+}
+
+/// Shutdown with several streams open — one generating, the rest waiting in the queue: every
+/// stream ends with a final object (`done: true`, the running one cancelled after the grace
+/// period, the queued ones before they start), none is cut mid-line, and the server returns.
+#[test]
+fn shutdown_during_several_streams_ends_each_with_a_final_object() {
+    use std::io::Read;
+    let rt = runtime();
+    let state = AppState::new(
+        Arc::new(worker(8)),
+        ServerConfig {
+            shutdown_grace: Duration::from_millis(200),
+            ..ServerConfig::default()
+        },
+    );
+    let (addr, stop_tx, served) = serve_on_loopback(&rt, state);
+    let mut streams: Vec<_> = (0..4).map(|_| send_generate(addr, PROMPT, 1000)).collect();
+    // The first stream is generating once its first bytes arrive.
+    let mut first = [0u8; 1];
+    streams[0].read_exact(&mut first).unwrap();
+    let _ = stop_tx.send(());
+    for (i, mut tcp) in streams.into_iter().enumerate() {
+        let mut text = String::from_utf8(first.to_vec()).unwrap();
+        if i > 0 {
+            text.clear();
+        }
+        tcp.read_to_string(&mut text).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200"), "stream {i}: {text}");
+        let lines = ndjson(&http_body(&text));
+        let last = lines
+            .last()
+            .unwrap_or_else(|| panic!("stream {i}: no object"));
+        assert_eq!(last["done"], true, "stream {i}: {last}");
+    }
     rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), served).await })
         .expect("the server returns after shutdown")
         .unwrap()

@@ -1,6 +1,9 @@
 //! A cache that keeps every position, preallocated and written in place.
 
-use super::{copy_buffers, write_len, CacheKind, KvCache, KvPair, KvView, SpeculationSupport};
+use super::{
+    cannot_truncate, copy_buffers, write_len, CacheKind, KvCache, KvPair, KvView,
+    SpeculationSupport, Truncation,
+};
 use crate::{Backend, CoreError};
 
 /// Positions are allocated in blocks of this many (then capacity doubles).
@@ -159,5 +162,22 @@ impl<B: Backend> KvCache<B> for FullKvCache<B> {
             len: self.len,
             speculation_start: None,
         }))
+    }
+
+    /// Any length up to the current one (entries past it are never read again).
+    fn can_truncate(&self, len: usize) -> Truncation {
+        if self.is_speculating() || len > self.len {
+            Truncation::Impossible
+        } else {
+            Truncation::Possible
+        }
+    }
+
+    fn truncate(&mut self, _backend: &B, len: usize) -> Result<(), B::Error> {
+        if self.can_truncate(len) == Truncation::Impossible {
+            return Err(cannot_truncate(CacheKind::Full, self.len, len).into());
+        }
+        self.len = len;
+        Ok(())
     }
 }

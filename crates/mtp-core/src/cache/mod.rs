@@ -33,7 +33,7 @@ pub use full::FullKvCache;
 pub use rotating::RotatingKvCache;
 pub use set::CacheSet;
 
-use crate::Backend;
+use crate::{Backend, CoreError};
 
 /// Keys and values as attention reads them, in chronological order.
 #[derive(Debug, Clone)]
@@ -84,6 +84,17 @@ pub enum SpeculationSupport {
     Unsupported,
 }
 
+/// Whether a cache can be cut back to a shorter length ([`KvCache::can_truncate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Truncation {
+    /// The cache can be cut to that length: it will equal a cache that appended only the first
+    /// `len` positions.
+    Possible,
+    /// The positions the shorter cache would need are gone (a sliding window that wrapped), or
+    /// this cache kind cannot be cut.
+    Impossible,
+}
+
 /// One layer's KV cache, written once over [`Backend`].
 pub trait KvCache<B: Backend>: std::fmt::Debug {
     /// The cache kind.
@@ -124,6 +135,27 @@ pub trait KvCache<B: Backend>: std::fmt::Debug {
     /// An isolated copy (no open transaction is carried over: forking while speculating is an
     /// error).
     fn fork(&self, backend: &B) -> Result<Box<dyn KvCache<B>>, B::Error>;
+
+    /// Whether [`truncate`](Self::truncate)`(len)` can cut the cache to `len` positions exactly
+    /// (prefix reuse across requests). The default: only to its own length, or to empty.
+    fn can_truncate(&self, len: usize) -> Truncation {
+        if !self.is_speculating() && (len == self.len() || len == 0) {
+            Truncation::Possible
+        } else {
+            Truncation::Impossible
+        }
+    }
+
+    /// Cut the cache to its first `len` positions; afterwards it equals a cache that appended
+    /// only those. An error when [`can_truncate`](Self::can_truncate) says it is impossible.
+    fn truncate(&mut self, backend: &B, len: usize) -> Result<(), B::Error>;
+}
+
+/// The error of a truncation the cache cannot do.
+pub(crate) fn cannot_truncate(kind: CacheKind, from: usize, to: usize) -> CoreError {
+    CoreError::Cache(format!(
+        "{kind:?} cache: cannot truncate {from} positions to {to}"
+    ))
 }
 
 /// Deep copies of stored key/value buffers (for forks and snapshots).

@@ -1,6 +1,9 @@
 //! A sliding-window cache: a ring of the last `window` positions.
 
-use super::{copy_buffers, write_len, CacheKind, KvCache, KvPair, KvView, SpeculationSupport};
+use super::{
+    cannot_truncate, copy_buffers, write_len, CacheKind, KvCache, KvPair, KvView,
+    SpeculationSupport, Truncation,
+};
 use crate::{Backend, CoreError};
 
 /// State saved when a speculation transaction opens.
@@ -345,5 +348,27 @@ impl<B: Backend> KvCache<B> for RotatingKvCache<B> {
             len: self.len,
             snapshot: None,
         }))
+    }
+
+    /// To its own length, to empty, or to any shorter length while the ring has never wrapped
+    /// (every position is still stored). Once it has wrapped, the positions a shorter window
+    /// would need were overwritten: impossible.
+    fn can_truncate(&self, len: usize) -> Truncation {
+        let stored = len == self.len || len == 0 || (len < self.len && self.len <= self.window);
+        if self.snapshot.is_none() && stored {
+            Truncation::Possible
+        } else {
+            Truncation::Impossible
+        }
+    }
+
+    fn truncate(&mut self, _backend: &B, len: usize) -> Result<(), B::Error> {
+        if self.can_truncate(len) == Truncation::Impossible {
+            return Err(cannot_truncate(self.kind(), self.len, len).into());
+        }
+        // Position p lives in slots p % window (and its mirror): with no wrap, slots below `len`
+        // hold exactly positions 0 .. len; later writes overwrite the rest.
+        self.len = len;
+        Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! The caches of one sequence, speculated on together.
 
-use super::{KvCache, SpeculationSupport};
+use super::{KvCache, SpeculationSupport, Truncation};
 use crate::{Backend, CoreError};
 
 /// Every layer cache of one sequence. Models index it by their own layer numbering; the engine
@@ -84,6 +84,23 @@ impl<B: Backend> CacheSet<B> {
             layer.commit_speculation(backend, keep)?;
         }
         Ok(())
+    }
+
+    /// Cut every layer to its first `len` positions when all of them can
+    /// ([`KvCache::can_truncate`]); otherwise change nothing and answer
+    /// [`Truncation::Impossible`].
+    pub fn truncate(&mut self, backend: &B, len: usize) -> Result<Truncation, B::Error> {
+        if self
+            .layers
+            .iter()
+            .any(|c| c.can_truncate(len) == Truncation::Impossible)
+        {
+            return Ok(Truncation::Impossible);
+        }
+        for layer in &mut self.layers {
+            layer.truncate(backend, len)?;
+        }
+        Ok(Truncation::Possible)
     }
 
     /// An isolated copy of every layer.

@@ -270,3 +270,54 @@ fn a_set_with_a_cache_that_cannot_speculate_opens_nothing() {
     assert!(!set.is_speculating());
     assert!(set.layer(2).is_err());
 }
+
+/// Truncation (prefix reuse): wherever a cache says it can cut to `len`, the cut cache equals
+/// one that appended only the first `len` positions — its view and the view the next write
+/// sees. Full caches cut anywhere; a rotating cache cuts to its own length, to empty, and
+/// anywhere while it has not wrapped; a wrapped ring refuses a shorter length; an open
+/// transaction refuses everything.
+#[test]
+fn truncation_is_exact_where_possible_and_refused_elsewhere() {
+    let b = B::default();
+    for kind in [CacheKind::Full, CacheKind::Rotating { window: 6 }] {
+        for written in [3usize, 6, 11] {
+            let salts: Vec<f32> = (0..written).map(|p| p as f32 * 0.01).collect();
+            for len in 0..=written + 1 {
+                let mut cache = rebuilt(&b, kind, &salts);
+                let wrapped = matches!(kind, CacheKind::Rotating { window } if written > window);
+                let expect = if len > written || (wrapped && len != written && len != 0) {
+                    Truncation::Impossible
+                } else {
+                    Truncation::Possible
+                };
+                let context = format!("{kind:?}: {written} written, cut to {len}");
+                assert_eq!(cache.can_truncate(len), expect, "{context}");
+                if expect == Truncation::Impossible {
+                    assert!(cache.truncate(&b, len).is_err(), "{context}");
+                    assert_eq!(cache.len(), written, "{context}: unchanged");
+                    continue;
+                }
+                cache.truncate(&b, len).unwrap();
+                let expected = rebuilt(&b, kind, &salts[..len]);
+                assert_eq!(cache.len(), len, "{context}");
+                assert_eq!(
+                    snapshot(&b, cache.view(&b).unwrap()),
+                    snapshot(&b, expected.view(&b).unwrap()),
+                    "{context}"
+                );
+                let (k, v) = entries(&b, len, 3, 5.0);
+                let ours = cache.update(&b, &k, &v).unwrap();
+                let theirs = rebuilt(&b, kind, &salts[..len]).update(&b, &k, &v).unwrap();
+                assert_eq!(
+                    snapshot(&b, Some(ours)),
+                    snapshot(&b, Some(theirs)),
+                    "{context}"
+                );
+            }
+        }
+        let mut open = rebuilt(&b, kind, &[0.0, 0.1]);
+        open.begin_speculation(&b).unwrap();
+        assert_eq!(open.can_truncate(2), Truncation::Impossible);
+        assert_eq!(open.can_truncate(0), Truncation::Impossible);
+    }
+}

@@ -44,6 +44,7 @@
 mod greedy_verify;
 mod overlap;
 mod plain;
+mod prefix;
 mod session;
 mod sink;
 mod speculative;
@@ -51,6 +52,7 @@ mod stats;
 mod verify;
 
 pub use overlap::EvalOverlap;
+pub use prefix::{PrefixCache, PrefixReuse};
 pub use sink::{CancelToken, DiscardSink, SinkFlow, TokenSink};
 pub use stats::{DoneReason, MtpStats, PositionCounts, Response};
 
@@ -319,7 +321,26 @@ impl<'m, B: Backend> Engine<'m, B> {
         sink: &mut dyn TokenSink,
         cancel: &CancelToken,
     ) -> Result<Response, B::Error> {
-        self.check_request(caches, request)?;
+        self.check_request(request)?;
+        if caches.position() != 0 || caches.is_speculating() {
+            return Err(CoreError::Cache(format!(
+                "generation needs empty caches; these hold {} positions",
+                caches.position()
+            ))
+            .into());
+        }
+        self.generate_after_cached(caches, request, sink, cancel)
+    }
+
+    /// Generate into `caches`, which may hold the keys and values of a prefix of the prompt
+    /// (shorter than it; prefill evaluates the rest).
+    fn generate_after_cached(
+        &self,
+        caches: &mut CacheSet<B>,
+        request: &GenerateRequest,
+        sink: &mut dyn TokenSink,
+        cancel: &CancelToken,
+    ) -> Result<Response, B::Error> {
         request.sampling.validate()?;
         let options = self.mtp_options(request)?;
         let mode = self.mode_for(request, &options);
@@ -362,11 +383,7 @@ impl<'m, B: Backend> Engine<'m, B> {
         }
     }
 
-    fn check_request(
-        &self,
-        caches: &CacheSet<B>,
-        request: &GenerateRequest,
-    ) -> Result<(), CoreError> {
+    fn check_request(&self, request: &GenerateRequest) -> Result<(), CoreError> {
         if request.prompt.is_empty() {
             return Err(CoreError::EmptyPrompt);
         }
@@ -380,12 +397,6 @@ impl<'m, B: Backend> Engine<'m, B> {
         let vocab = self.target.vocab_size();
         if let Some(&id) = request.prompt.iter().find(|&&id| id as usize >= vocab) {
             return Err(CoreError::TokenOutOfVocab { id, vocab });
-        }
-        if caches.position() != 0 || caches.is_speculating() {
-            return Err(CoreError::Cache(format!(
-                "generation needs empty caches; these hold {} positions",
-                caches.position()
-            )));
         }
         Ok(())
     }

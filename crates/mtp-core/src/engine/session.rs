@@ -30,6 +30,8 @@ pub(super) struct Session<'s, B: Backend> {
     num_predict: usize,
     /// The next position to write: where `current` goes.
     pub position: usize,
+    /// Prompt positions the caches held already (prefix reuse): prefill starts after them.
+    cached: usize,
     /// The newest token, not yet in the caches: emitted, or (between a verdict and its
     /// emission) about to be.
     pub current: u32,
@@ -54,6 +56,14 @@ impl<'s, B: Backend> Session<'s, B> {
         let sampler = Sampler::new(request.sampling.clone(), &request.prompt)?;
         let room = target.max_context().saturating_sub(request.prompt.len());
         let device_argmax = request.sampling.is_device_argmax();
+        let cached = caches.position();
+        if cached >= request.prompt.len() {
+            return Err(CoreError::Cache(format!(
+                "the caches hold {cached} positions of a {}-token prompt: at least its last \
+                 token must be evaluated",
+                request.prompt.len()
+            )));
+        }
         Ok(Self {
             backend,
             target,
@@ -67,7 +77,8 @@ impl<'s, B: Backend> Session<'s, B> {
             tokens: Vec::new(),
             budget: request.num_predict.min(room),
             num_predict: request.num_predict,
-            position: 0,
+            position: cached,
+            cached,
             current: 0,
             hidden: None,
             done: None,
@@ -192,9 +203,9 @@ impl<'s, B: Backend> Session<'s, B> {
             self.done = Some(DoneReason::Length);
             return Ok(());
         }
-        let ids = self.ids(self.prompt)?;
+        let ids = self.ids(&self.prompt[self.cached..])?;
         let out = self.forward_live(&ids)?;
-        let last = self.prompt.len() - 1;
+        let last = self.prompt.len() - 1 - self.cached;
         let logits = self.row_logits(&out.hidden, last)?;
         let first_token = self.choose(&logits)?;
         self.hidden = Some(self.backend.slice(&out.draft_hidden, 1, last, 1)?);
@@ -266,7 +277,8 @@ impl<'s, B: Backend> Session<'s, B> {
             tokens: self.tokens,
             done_reason,
             mode,
-            prompt_eval_count: self.prompt.len(),
+            prompt_eval_count: self.prompt.len() - self.cached,
+            prompt_cached: self.cached,
             prompt_eval_duration: self.prompt_eval,
             eval_count: generated,
             eval_duration,

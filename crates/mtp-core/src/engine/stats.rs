@@ -206,8 +206,11 @@ pub struct Response {
     pub done_reason: DoneReason,
     /// How the tokens were produced.
     pub mode: DecodeMode,
-    /// Prompt tokens evaluated.
+    /// Prompt tokens evaluated (those after [`prompt_cached`](Self::prompt_cached)).
     pub prompt_eval_count: usize,
+    /// Prompt tokens whose keys and values the caches held from an earlier request (prefix
+    /// reuse, [`Engine::generate_reusing`](super::Engine::generate_reusing)); 0 otherwise.
+    pub prompt_cached: usize,
     /// Time to evaluate the prompt and choose the first token.
     #[serde(serialize_with = "secs")]
     pub prompt_eval_duration: Duration,

@@ -66,4 +66,8 @@ impl<B: Backend> KvCache<B> for SerialOnlyCache<B> {
         }
         Ok(Box::new(copy))
     }
+
+    fn truncate(&mut self, backend: &B, len: usize) -> Result<(), B::Error> {
+        self.inner.truncate(backend, len)
+    }
 }

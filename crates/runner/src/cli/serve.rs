@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use mtp_core::engine::PrefixReuse;
 use runner::server::{self, AppState, ServerConfig, WorkerEngine, WorkerOptions};
 
 use super::args::{DraftArgs, ModelArgs};
@@ -66,6 +67,11 @@ pub struct ServerArgs {
     /// Requests that may wait for the engine; more get 503 with Retry-After.
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = bounded(1, 4096))]
     pub queue: usize,
+    /// Evaluate every prompt from the start instead of keeping the last request's KV caches
+    /// and reusing the prefix a new prompt shares with them (a chat turn resends the history)
+    /// [default: reuse on].
+    #[arg(long)]
+    pub no_prefix_reuse: bool,
     /// End a request (queue wait included) after this many seconds [default: no limit].
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     pub request_timeout: Option<Duration>,
@@ -111,7 +117,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let load_paths = paths.clone();
     let worker = WorkerEngine::spawn(
         &paths,
-        WorkerOptions::from_process_env(name.clone(), args.server.queue),
+        WorkerOptions {
+            prefix_reuse: if args.server.no_prefix_reuse {
+                PrefixReuse::Off
+            } else {
+                PrefixReuse::On
+            },
+            ..WorkerOptions::from_process_env(name.clone(), args.server.queue)
+        },
         move |seat| match AnyBackend::open(&backend_args) {
             Err(e) => seat.fail(e.into()),
             // The memory check counts the KV cache at the model's whole context (the estimate

@@ -6,14 +6,14 @@ use std::path::Path;
 
 use mtp_core::{Backend, DType};
 
-use super::config_file::read_target_config;
+use super::config_file::{read_config_json, read_target_config};
 use super::error::LoadResult;
 use super::gguf::{is_gguf_path, GgufFile};
 use super::layout::{TextLayout, TOWER_MODULES};
 use super::tensors::TensorStore;
 use super::{LoadOptions, StoredQuant};
 use crate::models::config::LayerType;
-use crate::models::gemma3::config::resolve_gguf;
+use crate::models::gemma3::{self, config::resolve_gguf};
 
 /// The compute dtype `backend` runs the checkpoint in `dir` best in
 /// ([`Backend::preferred_dtype`] of the dtype most of its weights are stored in).
@@ -149,7 +149,22 @@ pub fn estimate_memory(
             context,
         });
     }
-    let resolved = read_target_config(&target.join("config.json"))?;
+    let config_path = target.join("config.json");
+    let (_, model_type) = read_config_json(&config_path)?;
+    if gemma3::MODEL_TYPES.contains(&model_type.as_str()) {
+        let config = gemma3::read_config(&config_path)?;
+        let context = context.min(config.max_position_embeddings);
+        let layers = config
+            .layers
+            .iter()
+            .map(|l| (l.layer_type, config.kv_heads, config.head_dim));
+        return Ok(MemoryEstimate {
+            weights: weight_bytes(target, options)?.saturating_add(drafter_bytes),
+            kv_cache: kv_bytes(layers, config.sliding_window, context, dtype),
+            context,
+        });
+    }
+    let resolved = read_target_config(&config_path)?;
     let context = context.min(resolved.config.max_position_embeddings);
     let weights = weight_bytes(target, options)?.saturating_add(drafter_bytes);
     let layers = resolved

@@ -68,6 +68,12 @@ pub const REGISTRY: &[Registration] = &[
         role: Role::Target,
     },
     Registration {
+        model_type: "gemma3",
+        hf_class: "Gemma3ForConditionalGeneration",
+        family: Family::Gemma3,
+        role: Role::Target,
+    },
+    Registration {
         model_type: "gemma3_text",
         hf_class: "Gemma3ForCausalLM",
         family: Family::Gemma3,

@@ -107,6 +107,8 @@ pub struct Finished {
     pub reason: FinishReason,
     /// Prompt tokens evaluated.
     pub prompt_tokens: usize,
+    /// Prompt tokens reused from the previous request's caches (prefix reuse), not evaluated.
+    pub prompt_cached: usize,
     /// Tokens generated (the ones carrying a stop string included).
     pub completion_tokens: usize,
     /// Time waiting in the queue.
@@ -125,6 +127,7 @@ impl Finished {
         Self {
             reason,
             prompt_tokens: 0,
+            prompt_cached: 0,
             completion_tokens: 0,
             queued,
             prompt_eval_duration: Duration::ZERO,
@@ -138,6 +141,7 @@ impl Finished {
         Self {
             reason,
             prompt_tokens: response.prompt_eval_count,
+            prompt_cached: response.prompt_cached,
             completion_tokens: response.eval_count,
             queued,
             prompt_eval_duration: response.prompt_eval_duration,

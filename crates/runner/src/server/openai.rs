@@ -20,7 +20,7 @@ use super::engine::{Finished, GenerationEvent, GenerationJob, TokenLogprob};
 use super::error::{Api, ApiError};
 use super::openai_types::{
     ChatChoice, ChatCompletionBody, Common, Completion, CompletionBody, Content, ContentPart,
-    MessageOut, TextChoice, Usage,
+    MessageOut, PromptTokensDetails, TextChoice, Usage,
 };
 use super::request::{in_range, top_logprobs, AppState};
 use super::stream;
@@ -196,11 +196,16 @@ impl<C> Completion<C> {
     }
 }
 
+/// OpenAI counts every prompt token, the cached ones in `prompt_tokens_details`.
 fn usage(done: &Finished) -> Usage {
+    let prompt = done.prompt_tokens + done.prompt_cached;
     Usage {
-        prompt_tokens: done.prompt_tokens,
+        prompt_tokens: prompt,
         completion_tokens: done.completion_tokens,
-        total_tokens: done.prompt_tokens + done.completion_tokens,
+        total_tokens: prompt + done.completion_tokens,
+        prompt_tokens_details: PromptTokensDetails {
+            cached_tokens: done.prompt_cached,
+        },
     }
 }
 

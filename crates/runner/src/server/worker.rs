@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
-use mtp_core::engine::{DoneReason, SinkFlow};
+use mtp_core::engine::{DoneReason, PrefixCache, PrefixReuse, SinkFlow};
 use mtp_core::Backend;
 use tokio::sync::mpsc;
 
@@ -29,6 +29,9 @@ pub struct WorkerOptions {
     pub queue_depth: usize,
     /// The `MTP_*` settings, read from the process environment once, at start.
     pub env: HashMap<String, String>,
+    /// Keep the last request's caches and reuse the prefix the next prompt shares with them
+    /// ([`PrefixCache`]; default on).
+    pub prefix_reuse: PrefixReuse,
 }
 
 impl WorkerOptions {
@@ -41,6 +44,7 @@ impl WorkerOptions {
             name,
             queue_depth,
             env,
+            prefix_reuse: PrefixReuse::On,
         }
     }
 }
@@ -82,6 +86,7 @@ pub struct WorkerSeat {
     jobs: mpsc::Receiver<Queued>,
     waiting: Arc<AtomicUsize>,
     env: Arc<HashMap<String, String>>,
+    prefix_reuse: PrefixReuse,
 }
 
 impl WorkerSeat {
@@ -100,7 +105,13 @@ impl WorkerSeat {
         if self.ready.send(Ok(info)).is_err() {
             return;
         }
-        run_worker(&pipeline, self.jobs, &self.waiting, &self.env);
+        run_worker(
+            &pipeline,
+            self.jobs,
+            &self.waiting,
+            &self.env,
+            self.prefix_reuse,
+        );
     }
 
     /// Report that the models could not be loaded.
@@ -126,6 +137,7 @@ impl WorkerEngine {
             jobs,
             waiting: waiting.clone(),
             env: Arc::new(options.env.clone()),
+            prefix_reuse: options.prefix_reuse,
         };
         let started = Instant::now();
         std::thread::Builder::new()
@@ -210,17 +222,23 @@ impl EngineHandle for WorkerEngine {
     }
 }
 
-/// Serve jobs in order until every sender is gone.
+/// Serve jobs in order until every sender is gone; with prefix reuse the caches of each job are
+/// kept for the next.
 fn run_worker<B: Backend>(
     pipeline: &Pipeline<B>,
     mut jobs: mpsc::Receiver<Queued>,
     waiting: &AtomicUsize,
     env: &Arc<HashMap<String, String>>,
+    prefix_reuse: PrefixReuse,
 ) {
+    let mut held = PrefixCache::new();
     while let Some(queued) = jobs.blocking_recv() {
         let left = waiting.fetch_sub(1, Ordering::SeqCst).saturating_sub(1);
         metrics::queue_depth(left);
-        let event = run_job(pipeline, &queued, env);
+        if prefix_reuse == PrefixReuse::Off {
+            held.clear();
+        }
+        let event = run_job(pipeline, &queued, env, &mut held);
         let _ = queued.events.send(event);
     }
 }
@@ -230,6 +248,7 @@ fn run_job<B: Backend>(
     pipeline: &Pipeline<B>,
     queued: &Queued,
     env: &Arc<HashMap<String, String>>,
+    held: &mut PrefixCache<B>,
 ) -> GenerationEvent {
     let job = &queued.job;
     let queued_for = queued.enqueued.elapsed();
@@ -313,7 +332,7 @@ fn run_job<B: Backend>(
             }
             SinkFlow::Continue
         };
-        engine.generate(&job.request, &mut sink, &job.cancel)
+        engine.generate_reusing(held, &job.request, &mut sink, &job.cancel)
     };
     let response = match result {
         Ok(r) => r,

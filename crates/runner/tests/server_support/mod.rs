@@ -34,6 +34,7 @@ pub fn worker(queue: usize) -> WorkerEngine {
             name: NAME.into(),
             queue_depth: queue,
             env: Default::default(),
+            prefix_reuse: Default::default(),
         },
         |seat| {
             seat.run(

@@ -104,6 +104,7 @@ mod tests {
             done_reason: DoneReason::Length,
             mode: DecodeMode::GreedyMtp,
             prompt_eval_count: 1,
+            prompt_cached: 0,
             prompt_eval_duration: Duration::ZERO,
             eval_count: 0,
             eval_duration: Duration::ZERO,

@@ -1,6 +1,9 @@
 //! Gemma 3 text models over any [`Backend`]: HF `Gemma3ForCausalLM` checkpoints
-//! (`model_type: "gemma3_text"`) and GGUF files of architecture `gemma3` (llama.cpp's), built by
-//! the same code.
+//! (`model_type: "gemma3_text"`), the text model of the multimodal `Gemma3ForConditionalGeneration`
+//! checkpoints Google publishes (`model_type: "gemma3"`: the text config nested in
+//! `text_config`, the text weights under `language_model.model.`, the SigLIP vision tower and the
+//! projector beside them and never read), and GGUF files of architecture `gemma3` (llama.cpp's),
+//! built by the same code.
 //!
 //! # Forward
 //!
@@ -39,11 +42,21 @@ pub use model::Gemma3Target;
 use crate::loading::gguf::GgufFile;
 use crate::loading::{
     loader_for, read_config_json, GgufArrays, LoadError, LoadOptions, LoadResult, StoreStats,
-    TensorProgress, TensorStore,
+    TensorProgress, TensorStore, TextLayout,
 };
+use weights::TextPart;
 
-/// The HF `model_type`s of the Gemma 3 text layout.
-pub const MODEL_TYPES: [&str; 1] = ["gemma3_text"];
+/// The HF `model_type`s of Gemma 3: the text layout and the multimodal one.
+pub const MODEL_TYPES: [&str; 2] = ["gemma3_text", "gemma3"];
+
+/// The multimodal checkpoint's modules a text prompt never runs (top level as the published
+/// files have them, or under `model.` as transformers names them in memory).
+const VISION_MODULES: [&str; 4] = [
+    "vision_tower.",
+    "multi_modal_projector.",
+    "model.vision_tower.",
+    "model.multi_modal_projector.",
+];
 
 fn check_dtype(options: &LoadOptions, path: &Path) -> LoadResult<()> {
     if options.dtype.is_float() {
@@ -66,6 +79,18 @@ pub fn read_config(path: &Path) -> LoadResult<Gemma3Resolved> {
             expected: MODEL_TYPES.to_vec(),
         });
     }
+    // The multimodal layout nests the text model's configuration.
+    let value = if found == "gemma3" {
+        value
+            .get("text_config")
+            .cloned()
+            .ok_or_else(|| LoadError::InvalidConfig {
+                path: path.to_path_buf(),
+                reason: "model_type \"gemma3\" without a text_config".into(),
+            })?
+    } else {
+        value
+    };
     let config: Gemma3TextConfig =
         serde_json::from_value(value).map_err(|e| LoadError::BadJson {
             path: path.to_path_buf(),
@@ -85,10 +110,23 @@ pub fn load_safetensors<B: Backend>(
     check_dtype(options, dir)?;
     let config = read_config(&dir.join("config.json"))?;
     let mut store = TensorStore::open(dir)?;
+    let prefix = TextLayout::find(&store)?.prefix;
+    for module in VISION_MODULES {
+        store.skip_prefix(module);
+    }
+    // `language_model.model.` → its head is `language_model.lm_head.weight`.
+    let lm_head = match prefix.strip_suffix("model.") {
+        Some(outer) if !outer.is_empty() => format!("{outer}lm_head.weight"),
+        _ => "lm_head.weight".to_string(),
+    };
     let model = {
         // MLX-quantized checkpoints and `--quantize` load as for Gemma 4.
         let mut loader = loader_for(backend, &mut store, dir, options)?.with_progress(progress);
-        Gemma3Target::load(&mut loader, config)?
+        if prefix == "model." {
+            Gemma3Target::load(&mut loader, config)?
+        } else {
+            Gemma3Target::load(&mut TextPart::new(&mut loader, &prefix, &lm_head), config)?
+        }
     };
     let stats = store.finish()?;
     Ok((model, stats))

@@ -113,3 +113,68 @@ impl<B: Backend> WeightSource<B> for GgufArrays<'_, B> {
         self.from_host(name, &[value], &[])
     }
 }
+
+/// The text model of a multimodal checkpoint (`Gemma3ForConditionalGeneration`), asked for by
+/// the HF names of `Gemma3ForCausalLM`: `model.X` is read as `prefix + X` (the file's text
+/// model: `language_model.model.` as Google's files and `save_pretrained` write it, or
+/// `model.language_model.` as transformers names it in memory) and `lm_head.weight` as
+/// `lm_head` (absent when tied).
+pub(crate) struct TextPart<'w, B: Backend> {
+    inner: &'w mut dyn WeightSource<B>,
+    prefix: String,
+    lm_head: String,
+}
+
+impl<'w, B: Backend> TextPart<'w, B> {
+    /// The text model under `prefix`, its head named `lm_head`.
+    pub(crate) fn new(inner: &'w mut dyn WeightSource<B>, prefix: &str, lm_head: &str) -> Self {
+        Self {
+            inner,
+            prefix: prefix.to_string(),
+            lm_head: lm_head.to_string(),
+        }
+    }
+
+    fn rename(&self, name: &str) -> String {
+        match name.strip_prefix("model.") {
+            Some(rest) => format!("{}{rest}", self.prefix),
+            None if name == "lm_head.weight" => self.lm_head.clone(),
+            None => name.to_string(),
+        }
+    }
+}
+
+impl<B: Backend> WeightSource<B> for TextPart<'_, B> {
+    fn dtype(&self) -> DType {
+        self.inner.dtype()
+    }
+
+    fn contains(&mut self, name: &str) -> bool {
+        let name = self.rename(name);
+        self.inner.contains(&name)
+    }
+
+    fn linear(&mut self, name: &str, out: usize, inp: usize) -> LoadResult<Linear<B>> {
+        let name = self.rename(name);
+        self.inner.linear(&name, out, inp)
+    }
+
+    fn embedding(&mut self, name: &str, vocab: usize, width: usize) -> LoadResult<Embedding<B>> {
+        let name = self.rename(name);
+        self.inner.embedding(&name, vocab, width)
+    }
+
+    fn norm_scale(&mut self, name: &str, dim: usize) -> LoadResult<B::Array> {
+        let name = self.rename(name);
+        self.inner.norm_scale(&name, dim)
+    }
+
+    fn skip(&mut self, name: &str) {
+        let name = self.rename(name);
+        self.inner.skip(&name);
+    }
+
+    fn scalar(&mut self, name: &str, value: f32) -> LoadResult<B::Array> {
+        self.inner.scalar(name, value)
+    }
+}

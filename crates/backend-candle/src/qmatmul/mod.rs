@@ -1,0 +1,158 @@
+//! A batched quantized matmul for the CPU: `y = x @ Wᵀ` for a few activation rows (a decode
+//! step, a speculative verify of `k + 1` tokens, a prefill chunk) against a GGUF block weight,
+//! read straight from its GGUF bytes.
+//!
+//! candle 0.11's CPU `QMatMul` runs one weight-row × activation-row dot product at a time, so
+//! `n` rows cost about `n` single-row products, and it has no SIMD kernel for Q5_0. Here each
+//! weight block is read and decoded once per chunk of [`ROW_CHUNK`] activation rows and dotted
+//! with all of them while it sits in registers; the weight row stays in L1 for the next chunk.
+//! While the product is bandwidth-bound (a few rows), `n` rows cost little more than one.
+//!
+//! Numerics are ggml's, so results agree with llama.cpp: the activations are quantized once
+//! per call to the weight type's dot partner — Q8_0 for Q8_0 / Q5_0 / Q4_0 weights, Q8_K
+//! (with its per-16 quant sums) for Q4_K / Q6_K — the block dot products are exact integer
+//! sums, and each is scaled by the two block scales into an `f32` accumulator.
+//!
+//! * Types: [`QuantMatMul::supports`] — Q8_0, Q5_0, Q4_0, Q4_K, Q6_K. Other GGUF types keep
+//!   candle's `QMatMul` (the backend says so once per type).
+//! * Instruction set: [`Simd::best`], detected at run time — AVX2 + FMA on x86-64, else the
+//!   portable scalar kernels (which are also the tests' oracle for the SIMD ones).
+//! * Threads: output rows are split into tasks on rayon's global pool (whose size
+//!   `--threads` sets), a few tasks per thread.
+
+// The modules allowed `unsafe` hold the SIMD kernels (or, in `dispatch`, the one call into them
+// after the CPU check); every unsafe block says why it is sound.
+mod acts;
+#[allow(unsafe_code)]
+mod block32;
+mod cpu;
+#[allow(unsafe_code)]
+mod dispatch;
+#[allow(unsafe_code)]
+mod q4_0;
+#[allow(unsafe_code)]
+mod q4_k;
+#[allow(unsafe_code)]
+mod q5_0;
+#[allow(unsafe_code)]
+mod q6_k;
+#[allow(unsafe_code)]
+mod q8_0;
+mod row_loop;
+#[cfg(target_arch = "x86_64")]
+mod simd_x86;
+#[allow(unsafe_code)]
+mod superblock;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use mtp_core::quant::{GgmlType, QuantError, QuantFormat, QuantTensor};
+
+pub use cpu::Simd;
+
+/// Activation rows processed together per weight row (the accumulators of one chunk stay in
+/// registers; the weight row is re-read from L1 for the next chunk).
+pub const ROW_CHUNK: usize = 8;
+
+/// Why the batched quantized matmul cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QMatMulError {
+    /// The weight is not in a GGUF block format this kernel implements.
+    #[error(
+        "no batched CPU kernel for {format} weights (supported: Q8_0, Q5_0, Q4_0, Q4_K, Q6_K)"
+    )]
+    UnsupportedFormat {
+        /// The format, in words.
+        format: String,
+    },
+    /// `x` does not hold `rows` rows of the weight's `cols` columns.
+    #[error("quantized matmul: {len} activation values are not {rows} rows of {cols}")]
+    InputSize {
+        /// Values given.
+        len: usize,
+        /// Activation rows asked for.
+        rows: usize,
+        /// Columns of the weight (the contracted axis).
+        cols: usize,
+    },
+    /// The instruction set asked for is not available on this CPU.
+    #[error("quantized matmul: {simd} is not available on this CPU")]
+    SimdUnavailable {
+        /// The instruction set asked for.
+        simd: Simd,
+    },
+    /// The activations could not be quantized (a size the block type rejects).
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+}
+
+/// A GGUF block weight ready for the batched CPU kernels (the shared tensor, no copy).
+#[derive(Debug, Clone)]
+pub struct QuantMatMul {
+    weight: Arc<QuantTensor>,
+    ty: GgmlType,
+}
+
+impl QuantMatMul {
+    /// Whether GGUF type `ty` has a batched kernel here.
+    pub fn supports(ty: GgmlType) -> bool {
+        matches!(
+            ty,
+            GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::Q4K | GgmlType::Q6K
+        )
+    }
+
+    /// Wrap `weight` (`[rows, cols]` GGUF blocks); [`QMatMulError::UnsupportedFormat`] for a
+    /// format without a kernel.
+    pub fn new(weight: Arc<QuantTensor>) -> Result<Self, QMatMulError> {
+        match weight.format() {
+            QuantFormat::Ggml(ty) if Self::supports(ty) => Ok(Self { weight, ty }),
+            QuantFormat::Ggml(ty) => Err(QMatMulError::UnsupportedFormat {
+                format: format!("GGUF {ty}"),
+            }),
+            QuantFormat::Affine(p) => Err(QMatMulError::UnsupportedFormat {
+                format: format!("MLX affine {p:?}"),
+            }),
+        }
+    }
+
+    /// The weight's block type.
+    pub fn ggml_type(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// The weight.
+    pub fn weight(&self) -> &QuantTensor {
+        &self.weight
+    }
+
+    /// `y = x @ Wᵀ` for `n` activation rows: `x` is `[n, cols]` row-major, `y` is `[n, rows]`,
+    /// with the fastest instruction set of this CPU ([`Simd::best`]).
+    pub fn forward(&self, x: &[f32], n: usize) -> Result<Vec<f32>, QMatMulError> {
+        self.forward_with(x, n, Simd::best())
+    }
+
+    /// [`forward`](Self::forward) with the instruction set `simd`
+    /// ([`QMatMulError::SimdUnavailable`] if this CPU lacks it): for tests and benchmarks.
+    pub fn forward_with(&self, x: &[f32], n: usize, simd: Simd) -> Result<Vec<f32>, QMatMulError> {
+        if !simd.is_available() {
+            return Err(QMatMulError::SimdUnavailable { simd });
+        }
+        let [rows, cols] = self.weight.shape();
+        if n.checked_mul(cols) != Some(x.len()) {
+            return Err(QMatMulError::InputSize {
+                len: x.len(),
+                rows: n,
+                cols,
+            });
+        }
+        dispatch::matmul(self.ty, self.weight.data(), rows, cols, x, n, simd)
+    }
+}
+
+/// The little-endian `f16` at byte `at` of `b`, as `f32`.
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    half::f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+}

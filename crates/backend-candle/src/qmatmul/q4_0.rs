@@ -1,0 +1,35 @@
+//! GGUF Q4_0 weights (`block_q4_0`: an `f16` scale `d`, then 16 bytes of nibbles, the low
+//! nibbles weights 0..16 and the high nibbles weights 16..32; `w = d (q - 8)`).
+
+use super::block32::Block32;
+
+/// The Q4_0 block type.
+pub(super) struct Q4_0;
+
+impl Block32 for Q4_0 {
+    const BYTES: usize = 18;
+
+    fn decode(block: &[u8]) -> (f32, [i8; 32]) {
+        let mut w = [0i8; 32];
+        for (j, &q) in block[2..18].iter().enumerate() {
+            w[j] = (q & 0x0F) as i8 - 8;
+            w[j + 16] = (q >> 4) as i8 - 8;
+        }
+        (super::f16_at(block, 0), w)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    unsafe fn decode_avx2(block: &[u8]) -> (f32, std::arch::x86_64::__m256i) {
+        use std::arch::x86_64::*;
+        debug_assert_eq!(block.len(), Self::BYTES);
+        // SAFETY: bytes 2..18 are inside the 18-byte block; the load is unaligned.
+        let q = unsafe { _mm_loadu_si128(block.as_ptr().add(2).cast()) };
+        let nibbles = super::simd_x86::split_nibbles(q);
+        (
+            super::simd_x86::f16_at(block, 0),
+            _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8)),
+        )
+    }
+}

@@ -1,0 +1,32 @@
+//! Small AVX2 helpers the x86-64 kernels share.
+
+use std::arch::x86_64::*;
+
+/// The little-endian `f16` at byte `at` of `b`, as `f32`, by F16C (one instruction, where
+/// `half`'s runtime-dispatched conversion is an out-of-line call per block).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
+    let bits = u16::from_le_bytes([b[at], b[at + 1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+/// The sum of the 8 lanes of `v`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) fn hsum(v: __m256) -> f32 {
+    let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+    _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)))
+}
+
+/// 16 bytes of nibble pairs as 32 bytes: the low nibbles in bytes 0..16, the high ones in
+/// bytes 16..32 (the Q4_0 / Q5_0 layout).
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn split_nibbles(q: __m128i) -> __m256i {
+    let mask = _mm_set1_epi8(0x0F);
+    let low = _mm_and_si128(q, mask);
+    let high = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+    _mm256_set_m128i(high, low)
+}
