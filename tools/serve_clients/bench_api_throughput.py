@@ -37,8 +37,8 @@ def generate(mtp: str, n: int) -> float:
     return j["eval_count"] / j["eval_duration"]
 
 
-def api(port: int, n: int) -> float:
-    body = json.dumps({"model": "default", "prompt": PROMPT, "raw": True, "stream": True,
+def api(port: int, name: str, n: int) -> float:
+    body = json.dumps({"model": name, "prompt": PROMPT, "raw": True, "stream": True,
                        "options": {"temperature": 0, "num_predict": n}}).encode()
     last = None
     with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/api/generate", body)) as r:
@@ -58,17 +58,19 @@ def main() -> None:
     server = subprocess.Popen([args.mtp, "serve", "--port", str(port), "--no-prefix-reuse"],
                               stderr=subprocess.DEVNULL)
     try:
+        name = None
         for _ in range(600):
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/version", timeout=1)
+                tags = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/tags", timeout=1))
+                name = tags["models"][0]["name"]
                 break
             except OSError:
                 time.sleep(0.2)
-        api(port, 8)
+        api(port, name, 8)
         gen, served = [], []
         for _ in range(args.reps):
             gen.append(generate(args.mtp, args.n))
-            served.append(api(port, args.n))
+            served.append(api(port, name, args.n))
     finally:
         server.terminate()
         server.wait(timeout=30)
