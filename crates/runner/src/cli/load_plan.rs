@@ -3,6 +3,7 @@
 
 use anyhow::bail;
 use mtp_core::{Backend, DType};
+use runner::loading::gguf::is_gguf_path;
 use runner::loading::{auto_dtype, available_memory, estimate_memory, LoadOptions, StoredQuant};
 use runner::ModelPaths;
 
@@ -49,10 +50,12 @@ pub fn prepare_load<B: Backend>(
     let shown = available.map_or(String::new(), |a| {
         format!(", {:.2} GiB available", a as f64 / GIB)
     });
-    let held = match (args.quantize, args.dequantize) {
-        (Some(scheme), _) => format!("{dtype}, matrices --quantize {}", scheme.scheme()),
-        (None, false) => format!("{dtype}, quantized tensors as stored"),
-        (None, true) => format!("{dtype}, quantized tensors decoded"),
+    let gguf = is_gguf_path(&paths.target);
+    let held = match (args.quantize, args.dequantize, gguf) {
+        (Some(scheme), _, _) => format!("{dtype}, matrices --quantize {}", scheme.scheme()),
+        (None, false, true) => format!("{dtype}; GGUF blocks as stored"),
+        (None, true, _) => format!("{dtype}; quantized tensors decoded"),
+        (None, false, false) => dtype.to_string(),
     };
     eprintln!(
         "memory: {:.2} GiB of weights ({held}) + {:.2} GiB KV cache at {} positions = {:.2} GiB{shown}",
