@@ -284,3 +284,23 @@ fn real_model_memory_estimate_counts_blocks_as_stored() {
     let dense = estimate_memory(&path, None, &dequantized, 4096).unwrap();
     assert_eq!(dense.weights, 268_098_176 * 4, "every element in f32");
 }
+
+/// An absurd layer count (a mutated `block_count`, found by the GGUF fuzz test: it aborted on a
+/// 120 GB allocation) is a clear error before anything is sized from it.
+#[test]
+fn an_absurd_block_count_is_an_error_not_an_abort() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = gguf_bytes(
+        3,
+        &[
+            ("general.architecture", Meta::Str("gemma3".into())),
+            ("gemma3.block_count", Meta::U32(3_741_319_168)),
+            ("gemma3.embedding_length", Meta::U32(32)),
+            ("gemma3.attention.head_count", Meta::U32(2)),
+        ],
+        &two_tensors(),
+    );
+    let path = write(dir.path(), "huge.gguf", &bytes);
+    let err = load_err(&path).to_string();
+    assert!(err.contains("layers"), "{err}");
+}

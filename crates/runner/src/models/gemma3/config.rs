@@ -190,6 +190,21 @@ fn unsupported(path: &Path, feature: impl Into<String>) -> LoadError {
     }
 }
 
+/// The most layers a configuration may declare (the largest Gemma 3 has 62); a larger count is
+/// a broken file, refused before anything is sized from it.
+pub const MAX_LAYERS: usize = 1024;
+
+/// `layers` within [`MAX_LAYERS`], else the error naming `path`.
+fn check_layer_count(path: &Path, layers: usize) -> LoadResult<()> {
+    if layers > MAX_LAYERS {
+        return Err(invalid(
+            path,
+            format!("{layers} layers: more than the {MAX_LAYERS} a model may have"),
+        ));
+    }
+    Ok(())
+}
+
 /// HF's default `layer_types`: `full` at every `pattern`th layer (1-based), sliding elsewhere.
 fn pattern_layer_types(layers: usize, pattern: usize) -> Vec<LayerType> {
     (0..layers)
@@ -273,6 +288,7 @@ impl Gemma3TextConfig {
         if self.use_bidirectional_attention == Some(true) {
             return Err(unsupported(path, "use_bidirectional_attention"));
         }
+        check_layer_count(path, self.num_hidden_layers)?;
         let types = match &self.layer_types {
             Some(types) => types.clone(),
             None => pattern_layer_types(
@@ -460,6 +476,7 @@ pub fn resolve_gguf(file: &GgufFile) -> LoadResult<Gemma3Resolved> {
     }
     let key = |k: &str| format!("{arch}.{k}");
     let layers = file.usize(&key("block_count"))?;
+    check_layer_count(file.path(), layers)?;
     let hidden = file.usize(&key("embedding_length"))?;
     let heads = file.usize(&key("attention.head_count"))?;
     let kv_heads = file
