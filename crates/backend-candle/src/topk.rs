@@ -1,85 +1,15 @@
 //! `top_k` along the last axis. On the CPU the values already live in host memory, so a
 //! selection with a `k`-entry heap per row (O(n log k)) replaces the trait default's full
-//! `argsort` of every row (a 262k-token vocabulary sorted per sampled row); on GPUs the default
+//! `argsort` of every row (a 262k-token vocabulary sorted per sampled row; the selection is
+//! [`mtp_core::sampling::best_k`]); on GPUs the default
 //! (sort, slice, gather) stays on the device.
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
-
 use candle_core::Tensor;
+use mtp_core::sampling::best_k;
 use mtp_core::{CoreError, SortOrder};
 
 use crate::error::Result;
 use crate::ops;
-
-/// One entry: larger value first, NaN ranked as `-inf`, lower index first on ties (the order
-/// of a stable descending `argsort`).
-#[derive(Clone, Copy)]
-struct Entry {
-    value: f32,
-    index: u32,
-}
-
-impl Entry {
-    fn key(&self) -> f32 {
-        if self.value.is_nan() {
-            f32::NEG_INFINITY
-        } else {
-            self.value
-        }
-    }
-}
-
-/// `Less` when `a` ranks before `b`.
-fn rank(a: &Entry, b: &Entry) -> Ordering {
-    b.key()
-        .partial_cmp(&a.key())
-        .unwrap_or(Ordering::Equal)
-        .then(a.index.cmp(&b.index))
-}
-
-/// Heap order: the top of the heap is the worst kept entry.
-struct Worst(Entry);
-
-impl PartialEq for Worst {
-    fn eq(&self, other: &Self) -> bool {
-        rank(&self.0, &other.0) == Ordering::Equal
-    }
-}
-impl Eq for Worst {}
-impl PartialOrd for Worst {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Worst {
-    fn cmp(&self, other: &Self) -> Ordering {
-        rank(&self.0, &other.0)
-    }
-}
-
-/// The `k` best entries of `row`, best first.
-fn select(row: &[f32], k: usize) -> Vec<Entry> {
-    let mut heap: BinaryHeap<Worst> = BinaryHeap::with_capacity(k + 1);
-    for (i, &value) in row.iter().enumerate() {
-        let e = Entry {
-            value,
-            index: i as u32,
-        };
-        if heap.len() < k {
-            heap.push(Worst(e));
-        } else if heap
-            .peek()
-            .is_some_and(|w| rank(&e, &w.0) == Ordering::Less)
-        {
-            heap.pop();
-            heap.push(Worst(e));
-        }
-    }
-    let mut best: Vec<Entry> = heap.into_iter().map(|w| w.0).collect();
-    best.sort_unstable_by(rank);
-    best
-}
 
 /// The `k` largest values along the last axis and their `U32` indices, largest first.
 pub(crate) fn top_k(x: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
@@ -111,9 +41,14 @@ pub(crate) fn top_k(x: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
     let mut values = Vec::with_capacity(data.len() / n * k);
     let mut indices = Vec::with_capacity(data.len() / n * k);
     for row in data.chunks(n) {
-        for e in select(row, k) {
-            values.push(e.value);
-            indices.push(e.index);
+        // f32 → f64 → f32 is exact; the order is a stable descending sort, NaN as -inf.
+        let items = row
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (i as u32, f64::from(v)));
+        for (index, value) in best_k(items, k) {
+            values.push(value as f32);
+            indices.push(index);
         }
     }
     let mut shape = outer.to_vec();

@@ -19,9 +19,11 @@ mod host_rows;
 mod options;
 mod pipeline;
 mod sampler;
+mod select;
 
 pub use distribution::Distribution;
 pub(crate) use host_rows::HostRows;
 pub use options::SamplerOptions;
 pub use pipeline::LogitRow;
 pub use sampler::Sampler;
+pub use select::best_k;

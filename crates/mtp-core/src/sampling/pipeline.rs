@@ -14,9 +14,8 @@
 //! top-k, whose top-p must rank every token.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
 
-use super::{Distribution, SamplerOptions};
+use super::{best_k, Distribution, SamplerOptions};
 use crate::CoreError;
 
 const OP: &str = "sampling";
@@ -53,35 +52,6 @@ impl LogitRow<'_> {
 struct Candidate {
     id: u32,
     value: f64,
-}
-
-/// "Better" is the larger value, the lower id on ties (the order of the dense pipeline);
-/// `Ordering::Less` means `a` ranks before (is better than) `b`.
-fn rank(a: &Candidate, b: &Candidate) -> Ordering {
-    b.value
-        .partial_cmp(&a.value)
-        .unwrap_or(Ordering::Equal)
-        .then(a.id.cmp(&b.id))
-}
-
-/// A candidate in the top-k heap: the heap's top is the *worst* kept candidate.
-struct Worst(Candidate);
-
-impl PartialEq for Worst {
-    fn eq(&self, other: &Self) -> bool {
-        rank(&self.0, &other.0) == Ordering::Equal
-    }
-}
-impl Eq for Worst {}
-impl PartialOrd for Worst {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Worst {
-    fn cmp(&self, other: &Self) -> Ordering {
-        rank(&self.0, &other.0)
-    }
 }
 
 /// The penalty context as distinct ids (ascending) with their counts.
@@ -179,7 +149,9 @@ pub(crate) fn distribution(
     let vocab = row.vocab();
     let penalised = Penalised::new(row, context, options);
     if options.is_greedy() {
-        let best = penalised.candidates().min_by(rank).map_or(0, |c| c.id);
+        let best = best_k(penalised.candidates().map(|c| (c.id, c.value)), 1)
+            .first()
+            .map_or(0, |&(id, _)| id);
         return Distribution::point(vocab, best);
     }
     let kept = top_k(penalised.candidates(), options.top_k, vocab);
@@ -251,18 +223,10 @@ fn check_logits(row: &LogitRow<'_>) -> Result<(), CoreError> {
 /// allocation of the vocabulary for a dense row.
 fn top_k(candidates: impl Iterator<Item = Candidate>, k: usize, vocab: usize) -> Vec<Candidate> {
     let mut kept: Vec<Candidate> = if k > 0 && k < vocab {
-        let mut heap: BinaryHeap<Worst> = BinaryHeap::with_capacity(k + 1);
-        for c in candidates {
-            if heap.len() < k {
-                heap.push(Worst(c));
-            } else if let Some(worst) = heap.peek() {
-                if rank(&c, &worst.0) == Ordering::Less {
-                    heap.pop();
-                    heap.push(Worst(c));
-                }
-            }
-        }
-        heap.into_iter().map(|w| w.0).collect()
+        best_k(candidates.map(|c| (c.id, c.value)), k)
+            .into_iter()
+            .map(|(id, value)| Candidate { id, value })
+            .collect()
     } else {
         candidates.collect()
     };
