@@ -12,7 +12,7 @@ use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
 use mtp_core::model::TargetModel;
 use mtp_core::quant::QuantScheme;
 use mtp_core::Backend;
-use runner::loading::{load_target, LoadError, LoadOptions};
+use runner::loading::{load_target, LoadError, LoadOptions, StoredQuant};
 
 /// `--quantize` on the exact (reference) backend against HF transformers running the same
 /// Q8_0 / Q4_0-rounded weights: the same tolerance as every dense fixture.
@@ -110,6 +110,18 @@ fn mlx_affine_checkpoint_equals_its_dequantized_twin<B: Backend>(b: &B) {
     // Same weights; only the kernels' summation order (and, on candle, no quantized kernel for
     // affine groups: the same dense product) differ.
     assert!(err < 1e-4, "rel err {err}");
+    // `--dequantize` decodes the affine groups at load: the dense twin's logits again.
+    let decoded = LoadOptions {
+        stored_quant: StoredQuant::Dequantize,
+        ..LoadOptions::default()
+    };
+    let decoded = load_target(b, &mlx_fixture().join("quantized"), &decoded).unwrap();
+    let err = max_rel_err(
+        &prefill_logits(b, &decoded, &prompt),
+        &d,
+        quant.vocab_size(),
+    );
+    assert!(err < 1e-4, "--dequantize: rel err {err}");
 }
 
 per_backend!(
