@@ -145,6 +145,13 @@ fn rejected_configurations() {
         text(moe).resolve(),
         Err(ConfigProblem::Invalid(_))
     ));
+    // An absurd layer count is refused before anything is sized from it.
+    let mut layers = small();
+    layers["num_hidden_layers"] = 3_741_319_168u64.into();
+    assert!(matches!(
+        text(layers).resolve(),
+        Err(ConfigProblem::Invalid(m)) if m.contains("layers")
+    ));
     let mut heads = small();
     heads["num_key_value_heads"] = 3.into();
     assert!(matches!(

@@ -297,6 +297,10 @@ pub enum ConfigProblem {
 
 type Resolved<T> = Result<T, ConfigProblem>;
 
+/// The most layers a configuration may declare (the largest Gemma models have 62); a larger count
+/// is a broken file, refused before anything is sized from it. Every family checks it.
+pub const MAX_LAYERS: usize = 1024;
+
 fn invalid<T>(reason: impl Into<String>) -> Resolved<T> {
     Err(ConfigProblem::Invalid(reason.into()))
 }
@@ -534,6 +538,11 @@ impl Gemma4TextConfig {
             if value == 0 {
                 return invalid(format!("{name} is 0"));
             }
+        }
+        if n > MAX_LAYERS {
+            return invalid(format!(
+                "{n} layers: more than the {MAX_LAYERS} a model may have"
+            ));
         }
         let types = self.resolved_layer_types();
         if types.len() != n {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::loading::gguf::{GgufError, GgufFile};
 use crate::loading::{LoadError, LoadResult};
-use crate::models::config::{rope_inv_freq, LayerType, RopeParameters};
+use crate::models::config::{rope_inv_freq, LayerType, RopeParameters, MAX_LAYERS};
 
 fn d_vocab() -> usize {
     262_208
@@ -189,10 +189,6 @@ fn unsupported(path: &Path, feature: impl Into<String>) -> LoadError {
         feature: feature.into(),
     }
 }
-
-/// The most layers a configuration may declare (the largest Gemma 3 has 62); a larger count is
-/// a broken file, refused before anything is sized from it.
-pub const MAX_LAYERS: usize = 1024;
 
 /// `layers` within [`MAX_LAYERS`], else the error naming `path`.
 fn check_layer_count(path: &Path, layers: usize) -> LoadResult<()> {
