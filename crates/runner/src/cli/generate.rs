@@ -98,10 +98,7 @@ fn model_paths(args: &GenerateArgs) -> anyhow::Result<(ModelPaths, ProposerChoic
     let mut paths = args.model.paths()?;
     super::model_check::check_paths(&paths)?;
     let choice = if args.draft.no_draft {
-        ProposerChoice {
-            mtp: None,
-            ngram: None,
-        }
+        ProposerChoice::none()
     } else {
         args.proposers.choice(paths.drafter.as_deref())?
     };
@@ -119,8 +116,9 @@ fn run_on<B: Backend>(
 ) -> anyhow::Result<ExitCode> {
     let args = inputs.args;
     let backend_name = backend.name();
-    let pipeline =
-        load_pipeline(backend, inputs.paths, options)?.with_ngram(inputs.proposers.ngram);
+    let pipeline = load_pipeline(backend, inputs.paths, options)?
+        .with_draft_model(inputs.proposers.model.as_deref(), options)?
+        .with_ngram(inputs.proposers.ngram);
 
     let prompt_ids = if args.length.chat {
         let mut messages = Vec::new();
