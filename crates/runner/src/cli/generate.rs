@@ -51,7 +51,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
         sampling,
     };
     with_backend!(backend, |b| {
-        let options = prepare_load(&b, &args.model, &paths, context)?;
+        let options = prepare_load(&b, &args.model, &paths, proposers.model.as_deref(), context)?;
         run_on(b, &run, &options)
     })
 }

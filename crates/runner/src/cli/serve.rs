@@ -130,7 +130,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             // The memory check counts the KV cache at the model's whole context (the estimate
             // clamps to it): any request may use all of it.
             Ok(backend) => with_backend!(backend, |b| {
-                match prepare_load(&b, &backend_args, &load_paths, usize::MAX) {
+                match prepare_load(
+                    &b,
+                    &backend_args,
+                    &load_paths,
+                    draft_model.as_deref(),
+                    usize::MAX,
+                ) {
                     Err(e) => seat.fail(e.into()),
                     Ok(options) => seat.run(
                         load_pipeline(b, &load_paths, &options)
