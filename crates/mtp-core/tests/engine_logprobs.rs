@@ -3,9 +3,10 @@
 //!
 //! * Temperature 0: greedy MTP (scripted drafters accepted always, never, up to a depth, at
 //!   random; batched, serial and compare-serial validation, with and without the evaluation
-//!   overlap; penalties on and off; EOS among the drafts) and
-//!   prompt lookup report, token for token, plain decode's log-probabilities (within 1e-5) and
-//!   the same top ids; and both equal the teacher-forced `log_softmax` computed here by hand.
+//!   overlap; penalties on and off; EOS among the drafts), prompt lookup, a draft model and
+//!   several proposers at once report, token for token, plain decode's log-probabilities
+//!   (within 1e-5) and the same top ids; plain decode's equal the teacher-forced
+//!   `log_softmax` computed here by hand.
 //! * Temperature > 0: each emitted token's reported log-probability is the log of the
 //!   probability the sampler's transformed distribution gives it, recomputed independently from
 //!   a teacher-forced forward (by hand for temperature + top-k; through the sampler for
@@ -23,10 +24,10 @@ use mtp_core::engine::{
 };
 use mtp_core::model::{MtpDrafter, TargetModel};
 use mtp_core::options::{DecodeMode, LogprobsRequest, ValidationMode};
-use mtp_core::proposer::{NgramOptions, NgramProposer};
+use mtp_core::proposer::{DraftModel, NgramOptions, NgramProposer};
 use mtp_core::sampling::{Sampler, SamplerOptions, TokenLogprobs};
 use mtp_core::schedule::ScheduleKind;
-use mtp_core::testing::{TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget};
+use mtp_core::testing::{LayerKind, TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget};
 use mtp_core::{Backend, CoreError};
 
 const TOP: usize = 5;
@@ -255,6 +256,51 @@ fn prompt_lookup_reports_plain_decodes_logprobs() {
         }
     }
     assert!(accepted > 10, "lookup accepted only {accepted} drafts");
+}
+
+/// A draft model (greedy and sampled rows alike come from the target's verification forward)
+/// and several proposers at once (a draft model, prompt lookup and a scripted MTP head, one
+/// chosen per round) report plain decode's values too.
+#[test]
+fn a_draft_model_and_several_proposers_report_plain_decodes_logprobs() {
+    let b = B::default();
+    let config = TinyConfig {
+        vocab: 12,
+        ..TinyConfig::default()
+    };
+    let t = target(config.clone());
+    let small = target(TinyConfig {
+        seed: 5,
+        layers: vec![LayerKind::Full],
+        ..config
+    });
+    let model = DraftModel::new(&small, 12).unwrap();
+    let ngram = NgramProposer::new(NgramOptions::new(1, 3).unwrap());
+    let mut accepted = 0;
+    for penalties in [false, true] {
+        let mut req = request(36, penalties);
+        req.prompt = [4, 7, 2, 9, 4, 7].to_vec();
+        let expected = plain(&t, &req);
+        let head = scripted(&t, &req, 0.7);
+        let alone = Engine::new(&b, &t)
+            .with_proposer(&model)
+            .with_env(no_env())
+            .generate(&req, &mut DiscardSink, &CancelToken::new())
+            .unwrap();
+        let several = Engine::new(&b, &t)
+            .with_proposer(&model)
+            .also_proposer(&ngram)
+            .also_drafter(&head)
+            .with_env(no_env())
+            .generate(&req, &mut DiscardSink, &CancelToken::new())
+            .unwrap();
+        for (what, out) in [("draft model", alone), ("several", several)] {
+            assert_eq!(out.mode, DecodeMode::GreedyMtp, "{what}");
+            accepted += out.mtp.clone().unwrap().accepted;
+            assert_same_logprobs(&out, &expected, &format!("{what}, penalties {penalties}"));
+        }
+    }
+    assert!(accepted > 10, "only {accepted} drafts accepted");
 }
 
 #[test]

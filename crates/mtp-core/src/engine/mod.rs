@@ -68,7 +68,7 @@ mod verify;
 pub use overlap::EvalOverlap;
 pub use prefix::{PrefixCache, PrefixReuse};
 pub use sink::{CancelToken, DiscardSink, ScoredSink, SinkFlow, TokenSink};
-pub use stats::{DoneReason, MtpStats, PositionCounts, Response};
+pub use stats::{DoneReason, MtpStats, PositionCounts, ProposerCounts, Response};
 
 use std::sync::Arc;
 
@@ -121,8 +121,8 @@ impl GenerateRequest {
     }
 }
 
-/// The decode engine for one target (and optionally one proposer: an MTP drafter, prompt
-/// lookup, ...) on one backend.
+/// The decode engine for one target (and optionally proposers: an MTP drafter, prompt lookup,
+/// a draft model, ... — one or several) on one backend.
 ///
 /// ```
 /// use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
@@ -155,7 +155,8 @@ impl GenerateRequest {
 pub struct Engine<'m, B: Backend> {
     backend: &'m B,
     target: &'m dyn TargetModel<B>,
-    proposer: Option<ProposerSlot<'m, B>>,
+    /// What drafts, in the order given (empty: plain decode).
+    proposers: Vec<ProposerSlot<'m, B>>,
     rules: AcceptanceRules,
     env: EnvLookup,
     overlap: EvalOverlap,
@@ -191,7 +192,10 @@ impl<B: Backend> std::fmt::Debug for Engine<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("backend", &self.backend.name())
-            .field("proposer", &self.proposer.map(|p| p.kind()))
+            .field(
+                "proposers",
+                &self.proposers.iter().map(|p| p.kind()).collect::<Vec<_>>(),
+            )
             .field("rules", &self.rules)
             .field("overlap", &self.overlap)
             .finish()
@@ -205,7 +209,7 @@ impl<'m, B: Backend> Engine<'m, B> {
         Self {
             backend,
             target,
-            proposer: None,
+            proposers: Vec::new(),
             rules: AcceptanceRules::default(),
             env: Arc::new(|key| std::env::var(key).ok()),
             overlap: EvalOverlap::default(),
@@ -226,17 +230,36 @@ impl<'m, B: Backend> Engine<'m, B> {
         &self.schedules
     }
 
-    /// Use `drafter` for MTP (as an [`MtpChain`]).
+    /// Use `drafter` for MTP (as an [`MtpChain`]), replacing any proposer or drafter set
+    /// before.
     pub fn with_drafter(mut self, drafter: &'m dyn MtpDrafter<B>) -> Self {
-        self.proposer = Some(ProposerSlot::Drafter(drafter));
+        self.proposers = vec![ProposerSlot::Drafter(drafter)];
         self
     }
 
     /// Draft with `proposer` (an [`MtpChain`], an
-    /// [`NgramProposer`](crate::proposer::NgramProposer), ...), replacing any proposer or
-    /// drafter set before.
+    /// [`NgramProposer`](crate::proposer::NgramProposer), a
+    /// [`DraftModel`](crate::proposer::DraftModel), ...), replacing any proposer or drafter
+    /// set before.
     pub fn with_proposer(mut self, proposer: &'m dyn Proposer<B>) -> Self {
-        self.proposer = Some(ProposerSlot::Proposer(proposer));
+        self.proposers = vec![ProposerSlot::Proposer(proposer)];
+        self
+    }
+
+    /// Draft also with `proposer`, beside those set before. With several proposers on, each
+    /// round drafts with the one whose running expected accepted length is highest (each is
+    /// tried once first; one that has nothing to propose yields to the next; one not chosen
+    /// for a while is tried again), each with its own draft schedule (and adaptive state);
+    /// [`MtpStats::per_proposer`] counts each one's rounds.
+    pub fn also_proposer(mut self, proposer: &'m dyn Proposer<B>) -> Self {
+        self.proposers.push(ProposerSlot::Proposer(proposer));
+        self
+    }
+
+    /// Draft also with `drafter` (as an [`MtpChain`]), beside the proposers set before (see
+    /// [`also_proposer`](Self::also_proposer)).
+    pub fn also_drafter(mut self, drafter: &'m dyn MtpDrafter<B>) -> Self {
+        self.proposers.push(ProposerSlot::Drafter(drafter));
         self
     }
 
@@ -302,9 +325,10 @@ impl<'m, B: Backend> Engine<'m, B> {
     }
 
     fn presence(&self) -> DrafterPresence {
-        match self.proposer {
-            Some(_) => DrafterPresence::Loaded,
-            None => DrafterPresence::Absent,
+        if self.proposers.is_empty() {
+            DrafterPresence::Absent
+        } else {
+            DrafterPresence::Loaded
         }
     }
 
@@ -353,29 +377,43 @@ impl<'m, B: Backend> Engine<'m, B> {
         let mode = self.mode_for(request, &options);
         let mut session =
             session::Session::new(self.backend, self.target, caches, request, sink, cancel)?;
-        match (mode, self.proposer) {
-            (DecodeMode::GreedyMtp | DecodeMode::SampledMtp, Some(slot)) => {
-                let chain;
-                let proposer: &dyn Proposer<B> = match slot {
-                    ProposerSlot::Drafter(drafter) => {
-                        chain = MtpChain(drafter);
-                        &chain
-                    }
-                    ProposerSlot::Proposer(proposer) => proposer,
-                };
-                let kind = proposer.kind();
-                let proposer = proposer.start(self.backend, &request.prompt)?;
+        match mode {
+            DecodeMode::GreedyMtp | DecodeMode::SampledMtp if !self.proposers.is_empty() => {
+                let chains: Vec<MtpChain<&dyn MtpDrafter<B>>> = self
+                    .proposers
+                    .iter()
+                    .filter_map(|slot| match slot {
+                        ProposerSlot::Drafter(drafter) => Some(MtpChain(*drafter)),
+                        ProposerSlot::Proposer(_) => None,
+                    })
+                    .collect();
+                let mut chain = chains.iter();
+                let mut runs = Vec::with_capacity(self.proposers.len());
+                for slot in &self.proposers {
+                    let proposer: &dyn Proposer<B> = match slot {
+                        ProposerSlot::Drafter(_) => match chain.next() {
+                            Some(c) => c,
+                            None => {
+                                return Err(CoreError::Model("drafter chain missing".into()).into())
+                            }
+                        },
+                        ProposerSlot::Proposer(proposer) => *proposer,
+                    };
+                    runs.push((
+                        proposer.kind(),
+                        proposer.start(self.backend, &request.prompt)?,
+                    ));
+                }
                 let mut run = speculative::SpeculativeRun::new(
                     &mut session,
-                    proposer,
+                    runs,
                     &request.prompt,
                     &options,
                     self.rules,
                     mode,
                     self.overlap,
                 )
-                .keep_schedule_in(&self.schedules, kind.name());
-                run.stats.proposer = kind;
+                .keep_schedule_in(&self.schedules);
                 run.run()?;
                 let stats = run.into_stats();
                 stats.trace(session.generated());

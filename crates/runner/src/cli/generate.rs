@@ -52,7 +52,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
         sampling,
     };
     with_backend!(backend, |b| {
-        let options = prepare_load(&b, &args.model, &paths, context)?;
+        let options = prepare_load(&b, &args.model, &paths, proposers.model.as_deref(), context)?;
         run_on(b, &run, &options)
     })
 }
@@ -99,10 +99,7 @@ fn model_paths(args: &GenerateArgs) -> anyhow::Result<(ModelPaths, ProposerChoic
     let mut paths = args.model.paths()?;
     super::model_check::check_paths(&paths)?;
     let choice = if args.draft.no_draft {
-        ProposerChoice {
-            mtp: None,
-            ngram: None,
-        }
+        ProposerChoice::none()
     } else {
         args.proposers.choice(paths.drafter.as_deref())?
     };
@@ -120,8 +117,9 @@ fn run_on<B: Backend>(
 ) -> anyhow::Result<ExitCode> {
     let args = inputs.args;
     let backend_name = backend.name();
-    let pipeline =
-        load_pipeline(backend, inputs.paths, options)?.with_ngram(inputs.proposers.ngram);
+    let pipeline = load_pipeline(backend, inputs.paths, options)?
+        .with_draft_model(inputs.proposers.model.as_deref(), options)?
+        .with_ngram(inputs.proposers.ngram);
 
     let prompt_ids = if args.length.chat {
         let mut messages = Vec::new();

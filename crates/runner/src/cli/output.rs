@@ -222,6 +222,27 @@ fn mtp_summary(m: &MtpStats) -> String {
             positions.join("  ")
         ));
     }
+    if m.per_proposer.len() > 1 {
+        let shares: Vec<String> = m
+            .per_proposer
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {} rounds, accepted {}/{} ({})",
+                    p.proposer,
+                    p.rounds,
+                    p.accepted,
+                    p.drafted,
+                    percent(if p.drafted == 0 {
+                        0.0
+                    } else {
+                        p.accepted as f64 / p.drafted as f64
+                    })
+                )
+            })
+            .collect();
+        s.push_str(&format!("mtp: proposers: {}\n", shares.join("; ")));
+    }
     if m.compared > 0 {
         s.push_str(&format!(
             "mtp: compare-serial checked {} positions, {} disagreements\n",
