@@ -35,6 +35,20 @@
 //! one-position cache transaction, rolled back when its token ends the run), so the device
 //! computes while the host builds graphs, detokenizes and prints.
 //!
+//! # Log-probabilities
+//!
+//! With [`GenerateRequest::logprobs`] set, every emitted token comes with its log-probability
+//! and the top alternatives ([`TokenLogprobs`](crate::sampling::TokenLogprobs)), computed from
+//! the logits row the engine already has for its position: the plain step's row, or row `i`
+//! of the target's batched verification forward for the `i`-th accepted draft and for the
+//! bonus or correction token, with the penalty context of that position (the history and the
+//! drafts before it). The distribution is the request's sampling transform; at temperature 0
+//! it is `log_softmax` of the penalised logits (see [`crate::sampling::logprobs`]). Plain and
+//! speculative decoding therefore report the same values (up to the rounding of a batched
+//! forward), and speculation stays on. The cost, only when asked: greedy rounds also read the
+//! kept verification rows to the host (sampled rounds read them anyway), and greedy plain
+//! decode gives up its one-token look-ahead (it reads each row).
+//!
 //! # Guarantees
 //!
 //! Greedy MTP emits exactly the tokens of plain greedy decode; sampled MTP emits tokens with the
@@ -53,7 +67,7 @@ mod verify;
 
 pub use overlap::EvalOverlap;
 pub use prefix::{PrefixCache, PrefixReuse};
-pub use sink::{CancelToken, DiscardSink, SinkFlow, TokenSink};
+pub use sink::{CancelToken, DiscardSink, ScoredSink, SinkFlow, TokenSink};
 pub use stats::{DoneReason, MtpStats, PositionCounts, ProposerCounts, Response};
 
 use std::sync::Arc;
@@ -87,7 +101,9 @@ pub struct GenerateRequest {
     pub eos: Vec<u32>,
     /// Per-request draft overrides.
     pub draft: DraftOverrides,
-    /// Whether log-probabilities are requested (speculation is then off, as in the seed).
+    /// Whether the log-probability of each emitted token (and how many alternatives) is
+    /// requested: sent to the sink's [`TokenSink::scored_token`] and kept in
+    /// [`Response::logprobs`]. Speculation stays on (see the module docs, *Log-probabilities*).
     pub logprobs: LogprobsRequest,
 }
 
@@ -288,12 +304,7 @@ impl<'m, B: Backend> Engine<'m, B> {
     }
 
     fn mode_for(&self, request: &GenerateRequest, options: &MtpOptions) -> DecodeMode {
-        decode_mode(
-            &request.sampling,
-            options,
-            self.presence(),
-            request.logprobs,
-        )
+        decode_mode(&request.sampling, options, self.presence())
     }
 
     /// Why `request` decodes without speculation, or `None` when it speculates.
@@ -310,12 +321,7 @@ impl<'m, B: Backend> Engine<'m, B> {
         request: &GenerateRequest,
         options: &MtpOptions,
     ) -> Option<SpeculationOff> {
-        speculation_off(
-            &request.sampling,
-            options,
-            self.presence(),
-            request.logprobs,
-        )
+        speculation_off(&request.sampling, options, self.presence())
     }
 
     fn presence(&self) -> DrafterPresence {
@@ -366,6 +372,7 @@ impl<'m, B: Backend> Engine<'m, B> {
         cancel: &CancelToken,
     ) -> Result<Response, B::Error> {
         request.sampling.validate()?;
+        request.logprobs.validate()?;
         let options = self.mtp_options(request)?;
         let mode = self.mode_for(request, &options);
         let mut session =

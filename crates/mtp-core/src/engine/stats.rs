@@ -6,6 +6,7 @@ use serde::{Serialize, Serializer};
 
 use crate::options::{DecodeMode, SpeculationOff};
 use crate::proposer::ProposerKind;
+use crate::sampling::TokenLogprobs;
 use crate::schedule::{RoundRecord, ScheduleKind};
 
 fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -246,4 +247,9 @@ pub struct Response {
     /// Whether generation stopped because the model's context was full (`done_reason` is then
     /// `length`, before `num_predict` tokens).
     pub context_full: bool,
+    /// The log-probabilities of [`tokens`](Self::tokens), one entry per token, when the request
+    /// asked for them ([`GenerateRequest::logprobs`](super::GenerateRequest)); empty otherwise.
+    /// Not serialised here: the runner writes them with each token's text.
+    #[serde(skip)]
+    pub logprobs: Vec<TokenLogprobs>,
 }

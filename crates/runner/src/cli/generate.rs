@@ -12,6 +12,7 @@ use mtp_core::options::LogprobsRequest;
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::Backend;
 use runner::loading::LoadOptions;
+use runner::logprobs::TokenLogprob;
 use runner::proposers::ProposerChoice;
 use runner::sampling_defaults::sampling_defaults;
 use runner::tokenizer::{ChatMessage, ChatOptions};
@@ -141,7 +142,10 @@ fn run_on<B: Backend>(
         num_predict: args.length.num_predict,
         eos: eos_ids(args, pipeline.tokenizer().eos_ids()),
         draft: args.draft.overrides(),
-        logprobs: LogprobsRequest::None,
+        logprobs: match args.output.logprobs {
+            Some(top) => LogprobsRequest::Top(top),
+            None => LogprobsRequest::None,
+        },
     };
     let mode = pipeline
         .engine()
@@ -171,7 +175,16 @@ fn run_on<B: Backend>(
         &cancel,
     )?;
     if json {
-        print_json(&generation, &prompt_ids, &run).context("cannot write the JSON")?;
+        let logprobs = args.output.logprobs.map(|_| {
+            let tokenizer = pipeline.tokenizer();
+            let entries = &generation.response.logprobs;
+            entries
+                .iter()
+                .map(|lp| TokenLogprob::from_engine(lp, tokenizer))
+                .collect::<Vec<_>>()
+        });
+        print_json(&generation, &prompt_ids, &run, logprobs.as_deref())
+            .context("cannot write the JSON")?;
     } else {
         stream.finish().context("cannot write the text")?;
     }
