@@ -1054,15 +1054,16 @@ fn shutdown_during_several_streams_ends_each_with_a_final_object() {
     );
     let (addr, stop_tx, served) = serve_on_loopback(&rt, state);
     let mut streams: Vec<_> = (0..4).map(|_| send_generate(addr, PROMPT, 1000)).collect();
-    // The first stream is generating once its first bytes arrive.
-    let mut first = [0u8; 1];
-    streams[0].read_exact(&mut first).unwrap();
+    // Every request has reached the server (a streaming answer's headers go out as soon as the
+    // job is queued) — one generating, three queued — before shutdown starts: a connection
+    // still in the kernel's backlog when the server stops accepting is reset, as it should be.
+    let mut first = vec![[0u8; 1]; streams.len()];
+    for (tcp, byte) in streams.iter_mut().zip(&mut first) {
+        tcp.read_exact(byte).unwrap();
+    }
     let _ = stop_tx.send(());
-    for (i, mut tcp) in streams.into_iter().enumerate() {
-        let mut text = String::from_utf8(first.to_vec()).unwrap();
-        if i > 0 {
-            text.clear();
-        }
+    for (i, (mut tcp, byte)) in streams.into_iter().zip(first).enumerate() {
+        let mut text = String::from_utf8(byte.to_vec()).unwrap();
         tcp.read_to_string(&mut text).unwrap();
         assert!(text.starts_with("HTTP/1.1 200"), "stream {i}: {text}");
         let lines = ndjson(&http_body(&text));
