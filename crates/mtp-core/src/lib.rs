@@ -15,12 +15,14 @@
 //! * [`quant`] — quantized weights: GGUF block formats and MLX affine groups, their exact
 //!   dequantization, and the load-time quantizer;
 //! * [`sampling`] — the sampler (temperature, top-k, top-p, min-p, penalties, seed) whose
-//!   speculative calls never mutate state;
+//!   speculative calls never mutate state, and the log-probabilities reported for emitted tokens
+//!   ([`sampling::logprobs`]);
 //! * [`acceptance`] — the verification rules of speculative decoding as pure functions;
 //! * [`schedule`] — draft-depth schedules (constant, heuristic, cost-aware adaptive);
 //! * [`options`] — MTP options from model defaults, environment and request, and eligibility;
 //! * [`engine`] — the decode engine: plain, greedy MTP and sampled MTP, with batched, serial and
-//!   compare-serial validation, streaming, cancellation and statistics;
+//!   compare-serial validation, streaming, cancellation, statistics and per-token
+//!   log-probabilities read from the verification rows;
 //! * [`testing`] — small hand-built models for tests and examples.
 //!
 //! Nothing here depends on an ML framework.

@@ -51,6 +51,42 @@ pub trait TargetModel<B: Backend> {
     }
 }
 
+impl<B: Backend, T: TargetModel<B> + ?Sized> TargetModel<B> for &T {
+    fn vocab_size(&self) -> usize {
+        (**self).vocab_size()
+    }
+
+    fn max_context(&self) -> usize {
+        (**self).max_context()
+    }
+
+    fn new_caches(&self, backend: &B) -> Result<CacheSet<B>, B::Error> {
+        (**self).new_caches(backend)
+    }
+
+    fn forward(
+        &self,
+        backend: &B,
+        ids: &B::Array,
+        start: usize,
+        caches: &mut CacheSet<B>,
+    ) -> Result<TargetOutput<B>, B::Error> {
+        (**self).forward(backend, ids, start, caches)
+    }
+
+    fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
+        (**self).unembed(backend, hidden)
+    }
+
+    fn token_embeddings(&self, backend: &B, ids: &B::Array) -> Result<B::Array, B::Error> {
+        (**self).token_embeddings(backend, ids)
+    }
+
+    fn mtp_defaults(&self) -> MtpDefaults {
+        (**self).mtp_defaults()
+    }
+}
+
 /// One drafter step's result.
 #[derive(Debug, Clone)]
 pub struct DraftStep<B: Backend> {

@@ -317,13 +317,44 @@ pub enum DrafterPresence {
     Absent,
 }
 
-/// Whether the request asks for log-probabilities.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Whether a request asks for the log-probability of each emitted token, and for how many
+/// alternatives. Speculation stays on: the engine reads them from the logits rows it already
+/// computes (the plain step's row, or the target's verification rows), under the request's
+/// sampling transform (see [`crate::sampling::logprobs`]). Off, the fast paths (device argmax,
+/// device top-k) read no full logits row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LogprobsRequest {
     /// No log-probabilities.
+    #[default]
     None,
-    /// Log-probabilities (or top log-probabilities) were requested.
-    Requested,
+    /// Each emitted token's log-probability and the given number of most likely alternatives
+    /// (0 to [`MAX_TOP_LOGPROBS`](crate::sampling::MAX_TOP_LOGPROBS)).
+    Top(usize),
+}
+
+impl LogprobsRequest {
+    /// How many alternatives are asked for, `None` when log-probabilities are not.
+    pub fn top(self) -> Option<usize> {
+        match self {
+            LogprobsRequest::None => None,
+            LogprobsRequest::Top(n) => Some(n),
+        }
+    }
+
+    /// Errors when more than [`MAX_TOP_LOGPROBS`](crate::sampling::MAX_TOP_LOGPROBS)
+    /// alternatives are asked for.
+    pub fn validate(self) -> Result<(), CoreError> {
+        match self {
+            LogprobsRequest::Top(n) if n > crate::sampling::MAX_TOP_LOGPROBS => {
+                Err(CoreError::InvalidOption {
+                    name: "top_logprobs",
+                    value: n.to_string(),
+                    reason: "at most 20 alternatives per token",
+                })
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Why a request decodes without speculation (reported once, in the response).
@@ -334,8 +365,6 @@ pub enum SpeculationOff {
     Disabled,
     /// No drafter is loaded.
     NoDrafter,
-    /// Log-probabilities were requested (as in the seed, they come from plain decoding).
-    Logprobs,
     /// Sampling at temperature > 0 with serial or compare-serial validation: sampled
     /// verification needs the batched, rollback-capable forward.
     SampledNeedsBatched,
@@ -346,7 +375,6 @@ impl std::fmt::Display for SpeculationOff {
         f.write_str(match self {
             SpeculationOff::Disabled => "MTP is disabled for this request",
             SpeculationOff::NoDrafter => "no drafter is loaded",
-            SpeculationOff::Logprobs => "log-probabilities were requested",
             SpeculationOff::SampledNeedsBatched => {
                 "sampling (temperature > 0) needs batched validation, and serial or \
                  compare-serial validation was asked for"
@@ -356,20 +384,18 @@ impl std::fmt::Display for SpeculationOff {
 }
 
 /// Why `sampling` with `mtp` decodes without speculation, or `None` when it speculates: MTP
-/// disabled, no drafter, logprobs requested, or sampling at temperature > 0 with serial or
-/// compare-serial validation.
+/// disabled, no drafter, or sampling at temperature > 0 with serial or compare-serial
+/// validation. (Log-probabilities do not turn it off, unlike in the seed: see
+/// [`LogprobsRequest`].)
 pub fn speculation_off(
     sampling: &SamplerOptions,
     mtp: &MtpOptions,
     drafter: DrafterPresence,
-    logprobs: LogprobsRequest,
 ) -> Option<SpeculationOff> {
     if !mtp.enabled {
         Some(SpeculationOff::Disabled)
     } else if drafter == DrafterPresence::Absent {
         Some(SpeculationOff::NoDrafter)
-    } else if logprobs == LogprobsRequest::Requested {
-        Some(SpeculationOff::Logprobs)
     } else if !sampling.is_greedy() && mtp.validation != ValidationMode::Batched {
         Some(SpeculationOff::SampledNeedsBatched)
     } else {
@@ -389,9 +415,8 @@ pub fn decode_mode(
     sampling: &SamplerOptions,
     mtp: &MtpOptions,
     drafter: DrafterPresence,
-    logprobs: LogprobsRequest,
 ) -> DecodeMode {
-    if speculation_off(sampling, mtp, drafter, logprobs).is_some() {
+    if speculation_off(sampling, mtp, drafter).is_some() {
         DecodeMode::Plain
     } else if sampling.is_greedy() {
         DecodeMode::GreedyMtp
@@ -687,9 +712,8 @@ mod tests {
             ..Default::default()
         };
         let l = DrafterPresence::Loaded;
-        let n = LogprobsRequest::None;
-        assert_eq!(decode_mode(&greedy, &mtp, l, n), DecodeMode::GreedyMtp);
-        assert_eq!(decode_mode(&sampled, &mtp, l, n), DecodeMode::SampledMtp);
+        assert_eq!(decode_mode(&greedy, &mtp, l), DecodeMode::GreedyMtp);
+        assert_eq!(decode_mode(&sampled, &mtp, l), DecodeMode::SampledMtp);
         let penalised = SamplerOptions {
             repeat_penalty: 1.1,
             top_k: 40,
@@ -697,44 +721,40 @@ mod tests {
             min_p: 0.05,
             ..Default::default()
         };
-        assert_eq!(decode_mode(&penalised, &mtp, l, n), DecodeMode::GreedyMtp);
-        assert_eq!(speculation_off(&penalised, &mtp, l, n), None);
+        assert_eq!(decode_mode(&penalised, &mtp, l), DecodeMode::GreedyMtp);
+        assert_eq!(speculation_off(&penalised, &mtp, l), None);
         assert_eq!(
-            decode_mode(&greedy, &mtp, DrafterPresence::Absent, n),
-            DecodeMode::Plain
-        );
-        assert_eq!(
-            decode_mode(&sampled, &mtp, l, LogprobsRequest::Requested),
+            decode_mode(&greedy, &mtp, DrafterPresence::Absent),
             DecodeMode::Plain
         );
         let off = MtpOptions {
             enabled: false,
             ..mtp
         };
-        assert_eq!(decode_mode(&greedy, &off, l, n), DecodeMode::Plain);
+        assert_eq!(decode_mode(&greedy, &off, l), DecodeMode::Plain);
         for v in [ValidationMode::Serial, ValidationMode::CompareSerial] {
             let forced = MtpOptions {
                 validation: v,
                 ..mtp
             };
-            assert_eq!(decode_mode(&sampled, &forced, l, n), DecodeMode::Plain);
+            assert_eq!(decode_mode(&sampled, &forced, l), DecodeMode::Plain);
             assert_eq!(
-                speculation_off(&sampled, &forced, l, n),
+                speculation_off(&sampled, &forced, l),
                 Some(SpeculationOff::SampledNeedsBatched)
             );
-            assert_eq!(decode_mode(&greedy, &forced, l, n), DecodeMode::GreedyMtp);
+            assert_eq!(decode_mode(&greedy, &forced, l), DecodeMode::GreedyMtp);
         }
         assert_eq!(
-            speculation_off(&greedy, &off, l, n),
+            speculation_off(&greedy, &off, l),
             Some(SpeculationOff::Disabled)
         );
         assert_eq!(
-            speculation_off(&greedy, &mtp, DrafterPresence::Absent, n),
+            speculation_off(&greedy, &mtp, DrafterPresence::Absent),
             Some(SpeculationOff::NoDrafter)
         );
-        assert_eq!(
-            speculation_off(&greedy, &mtp, l, LogprobsRequest::Requested),
-            Some(SpeculationOff::Logprobs)
-        );
+        assert!(LogprobsRequest::Top(20).validate().is_ok());
+        assert!(LogprobsRequest::Top(21).validate().is_err());
+        assert_eq!(LogprobsRequest::Top(3).top(), Some(3));
+        assert_eq!(LogprobsRequest::None.top(), None);
     }
 }

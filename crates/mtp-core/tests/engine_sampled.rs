@@ -6,12 +6,10 @@ mod common;
 
 use common::*;
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
-use mtp_core::model::TargetModel;
 use mtp_core::options::{DecodeMode, ValidationMode};
-use mtp_core::sampling::{Sampler, SamplerOptions};
+use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::testing::{TinyConfig, TinyDrafter, TinyDrafterConfig};
-use mtp_core::Backend;
 
 fn plain_sampling() -> SamplerOptions {
     SamplerOptions {
@@ -96,27 +94,7 @@ fn emits_the_target_distribution(sampling: SamplerOptions, draws: u64) {
 
     // Expected joint distribution of the first two tokens: p(t1) p(t2 | t1).
     let probe = sampled_request_with(sampling.clone(), 0, 2);
-    let sampler = Sampler::new(probe.sampling.clone(), &probe.prompt).unwrap();
-    let next_dist = |tokens: &[u32]| {
-        let mut caches = t.new_caches(&b).unwrap();
-        let ids = b.from_u32(tokens, &[1, tokens.len()]).unwrap();
-        let out = t.forward(&b, &ids, 0, &mut caches).unwrap();
-        let last = b.slice(&out.hidden, 1, tokens.len() - 1, 1).unwrap();
-        let row = b.to_vec_f32(&t.unembed(&b, &last).unwrap()).unwrap();
-        sampler
-            .distribution(&row, &tokens[probe.prompt.len()..])
-            .unwrap()
-    };
-    let first = next_dist(&probe.prompt);
-    let mut expected = vec![0.0; vocab * vocab];
-    for t1 in 0..vocab as u32 {
-        let mut seq = probe.prompt.clone();
-        seq.push(t1);
-        let second = next_dist(&seq);
-        for t2 in 0..vocab as u32 {
-            expected[t1 as usize * vocab + t2 as usize] = first.prob(t1) * second.prob(t2);
-        }
-    }
+    let expected = exact_first_two(&t, &probe);
 
     let mut counts = vec![0usize; vocab * vocab];
     let mut accepted = 0;

@@ -8,15 +8,13 @@ mod common;
 
 use common::*;
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, EvalOverlap, GenerateRequest};
-use mtp_core::model::TargetModel;
 use mtp_core::options::{DecodeMode, ValidationMode};
 use mtp_core::proposer::{
     Draft, NgramOptions, NgramProposer, Proposer, ProposerKind, ProposerRun, RoundContext,
 };
-use mtp_core::sampling::{Sampler, SamplerOptions};
+use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
-use mtp_core::testing::{LayerKind, TinyConfig, TinyTarget};
-use mtp_core::Backend;
+use mtp_core::testing::{LayerKind, TinyConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -146,34 +144,6 @@ fn sampled_request(seed: u64, n: usize) -> GenerateRequest {
     r
 }
 
-/// The exact joint distribution of the first two sampled tokens of `probe`.
-fn first_two(t: &TinyTarget<B>, probe: &GenerateRequest) -> Vec<f64> {
-    let b = B::default();
-    let vocab = t.config().vocab;
-    let sampler = Sampler::new(probe.sampling.clone(), &probe.prompt).unwrap();
-    let next = |tokens: &[u32]| {
-        let mut caches = t.new_caches(&b).unwrap();
-        let ids = b.from_u32(tokens, &[1, tokens.len()]).unwrap();
-        let out = t.forward(&b, &ids, 0, &mut caches).unwrap();
-        let last = b.slice(&out.hidden, 1, tokens.len() - 1, 1).unwrap();
-        let row = b.to_vec_f32(&t.unembed(&b, &last).unwrap()).unwrap();
-        sampler
-            .distribution(&row, &tokens[probe.prompt.len()..])
-            .unwrap()
-    };
-    let first = next(&probe.prompt);
-    let mut expected = vec![0.0; vocab * vocab];
-    for t1 in 0..vocab as u32 {
-        let mut seq = probe.prompt.clone();
-        seq.push(t1);
-        let second = next(&seq);
-        for t2 in 0..vocab as u32 {
-            expected[t1 as usize * vocab + t2 as usize] = first.prob(t1) * second.prob(t2);
-        }
-    }
-    expected
-}
-
 #[test]
 fn sampled_point_mass_proposals_keep_the_target_distribution() {
     let b = B::default();
@@ -184,7 +154,7 @@ fn sampled_point_mass_proposals_keep_the_target_distribution() {
         softcap: None,
         ..TinyConfig::default()
     });
-    let expected = first_two(&t, &sampled_request(0, 2));
+    let expected = exact_first_two(&t, &sampled_request(0, 2));
     let proposers: [(&str, &dyn Proposer<B>); 2] = [
         (
             "guesser",

@@ -14,6 +14,7 @@
 //!   streaming [`Detokenizer`](tokenizer::Detokenizer);
 //! * [`proposers`] — what drafts: an assistant's MTP head, prompt lookup, detected from a
 //!   draft directory's `model_type` or chosen;
+//! * [`logprobs`] — each emitted token's log-probability and alternatives with their text;
 //! * [`defaults`] — where the default model pair lives;
 //! * `server` (cargo feature `server`, on by default) — `mtp serve`: the ollama and OpenAI
 //!   HTTP APIs over a worker thread that owns the models;
@@ -34,6 +35,7 @@ pub mod defaults;
 pub mod embedded_pair;
 pub mod hub;
 pub mod loading;
+pub mod logprobs;
 pub mod models;
 pub mod pipeline;
 pub mod proposers;

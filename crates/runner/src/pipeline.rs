@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use mtp_core::engine::{CancelToken, Engine, GenerateRequest, Response, SinkFlow, TokenSink};
 use mtp_core::model::TargetModel;
-use mtp_core::proposer::{NgramOptions, NgramProposer};
+use mtp_core::proposer::{DraftModel, NgramOptions, NgramProposer};
 use mtp_core::schedule::ScheduleMemory;
 use mtp_core::Backend;
 
@@ -65,6 +65,20 @@ pub enum PipelineError {
     /// The engine failed while generating.
     #[error("generation failed")]
     Generate(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A draft model whose vocabulary is not the target's (drafts are target token ids).
+    #[error(
+        "the draft model in {} has a vocabulary of {draft} tokens, the target {target}: a \
+         draft model must share the target's tokenizer",
+        .path.display()
+    )]
+    DraftVocabulary {
+        /// The draft model's directory.
+        path: PathBuf,
+        /// Its vocabulary size.
+        draft: usize,
+        /// The target's.
+        target: usize,
+    },
 }
 
 /// Which model of a pair an error is about.
@@ -74,6 +88,8 @@ pub enum ModelRole {
     Target,
     /// The MTP drafter.
     Drafter,
+    /// A draft model (a causal LM drafting for the target).
+    DraftModel,
 }
 
 impl std::fmt::Display for ModelRole {
@@ -81,6 +97,7 @@ impl std::fmt::Display for ModelRole {
         f.write_str(match self {
             ModelRole::Target => "target",
             ModelRole::Drafter => "drafter",
+            ModelRole::DraftModel => "draft",
         })
     }
 }
@@ -173,6 +190,7 @@ pub struct Pipeline<B: Backend> {
     backend: B,
     target: LoadedTarget<B>,
     drafter: Option<LoadedDrafter<B>>,
+    draft_model: Option<DraftModel<LoadedTarget<B>>>,
     ngram: Option<NgramProposer>,
     tokenizer: Tokenizer,
     /// The adaptive schedule's state, learned across this pair's requests.
@@ -184,6 +202,7 @@ impl<B: Backend> std::fmt::Debug for Pipeline<B> {
         f.debug_struct("Pipeline")
             .field("backend", &self.backend.name())
             .field("drafter", &self.drafter.is_some())
+            .field("draft_model", &self.draft_model.is_some())
             .field("ngram", &self.ngram.map(|n| n.options()))
             .finish()
     }
@@ -284,6 +303,7 @@ impl<B: Backend> Pipeline<B> {
             backend,
             target,
             drafter,
+            draft_model: None,
             ngram: None,
             tokenizer,
             schedules: ScheduleMemory::new(),
@@ -300,6 +320,44 @@ impl<B: Backend> Pipeline<B> {
     /// The prompt-lookup proposer, when on.
     pub fn ngram(&self) -> Option<&NgramProposer> {
         self.ngram.as_ref()
+    }
+
+    /// Draft also with the draft model in `dir` (a target-family checkpoint with the target's
+    /// vocabulary, loaded on the same backend with `options`), or with none (`None`). It drafts
+    /// beside the assistant and prompt lookup when those are on (the engine picks one per
+    /// round, see [`Engine::also_proposer`]).
+    pub fn with_draft_model(
+        mut self,
+        dir: Option<&Path>,
+        options: &LoadOptions,
+    ) -> Result<Self, PipelineError> {
+        let Some(dir) = dir else {
+            self.draft_model = None;
+            return Ok(self);
+        };
+        check_dir(ModelRole::DraftModel, dir)?;
+        let (model, _) =
+            load_target_model(&self.backend, dir, options, &mut |_, _| {}).map_err(|source| {
+                PipelineError::Load {
+                    role: ModelRole::DraftModel,
+                    path: dir.to_path_buf(),
+                    source,
+                }
+            })?;
+        let (draft, target) = (model.vocab_size(), self.target.vocab_size());
+        let draft_model =
+            DraftModel::new(model, target).map_err(|_| PipelineError::DraftVocabulary {
+                path: dir.to_path_buf(),
+                draft,
+                target,
+            })?;
+        self.draft_model = Some(draft_model);
+        Ok(self)
+    }
+
+    /// The draft model, when one was loaded.
+    pub fn draft_model(&self) -> Option<&LoadedTarget<B>> {
+        self.draft_model.as_ref().map(|d| d.model())
     }
 
     /// The backend the models run on.
@@ -327,17 +385,23 @@ impl<B: Backend> Pipeline<B> {
         self.target.max_context()
     }
 
-    /// A decode engine over the target and the drafter (when loaded) or prompt lookup (when
-    /// on), keeping the adaptive schedule's learned state in the pipeline (so it carries over
-    /// between requests).
+    /// A decode engine over the target and every proposer that is on — the assistant, the
+    /// draft model, prompt lookup, in that order; with several, each round drafts with the one
+    /// whose running expected accepted length is highest — keeping the adaptive schedule's
+    /// learned state in the pipeline (so it carries over between requests).
     pub fn engine(&self) -> Engine<'_, B> {
-        let engine =
+        let mut engine =
             Engine::new(&self.backend, &self.target).with_schedule_memory(self.schedules.clone());
-        match (&self.drafter, &self.ngram) {
-            (Some(drafter), _) => engine.with_drafter(drafter),
-            (None, Some(ngram)) => engine.with_proposer(ngram),
-            (None, None) => engine,
+        if let Some(drafter) = &self.drafter {
+            engine = engine.also_drafter(drafter);
         }
+        if let Some(model) = &self.draft_model {
+            engine = engine.also_proposer(model);
+        }
+        if let Some(ngram) = &self.ngram {
+            engine = engine.also_proposer(ngram);
+        }
+        engine
     }
 
     /// Token ids of a prompt (see [`Tokenizer::encode_prompt`]), checked to be non-empty and to

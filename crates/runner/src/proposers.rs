@@ -39,6 +39,9 @@ pub fn detect_draft_kind(dir: &Path) -> Result<ProposerKind, LoadError> {
 pub struct ProposerChoice {
     /// The MTP head's directory (an assistant), if one drafts.
     pub mtp: Option<PathBuf>,
+    /// The draft model's directory (a causal LM with the target's vocabulary), if one
+    /// drafts.
+    pub model: Option<PathBuf>,
     /// Prompt lookup, if it drafts.
     pub ngram: Option<NgramOptions>,
 }
@@ -49,13 +52,6 @@ pub enum ProposerChoiceError {
     /// An MTP head was asked for without a directory.
     #[error("--draft-kind mtp needs an assistant directory: pass --draft DIR")]
     MtpWithoutDirectory,
-    /// A draft model was asked for or detected; this build cannot run one yet.
-    #[error(
-        "{} holds a causal LM (a draft model); draft models are not supported yet: use an \
-         assistant (--draft-kind mtp) or prompt lookup (--draft-kind ngram)",
-        .0.display()
-    )]
-    DraftModelUnsupported(PathBuf),
     /// `--draft-kind model` without a directory.
     #[error("--draft-kind model needs the draft model's directory: pass --draft DIR")]
     ModelWithoutDirectory,
@@ -100,10 +96,7 @@ impl ProposerChoice {
                 reason: e.to_string(),
             })
         };
-        let mut choice = ProposerChoice {
-            mtp: None,
-            ngram: None,
-        };
+        let mut choice = ProposerChoice::none();
         let wanted: Vec<ProposerKind> = match (kinds, draft_dir) {
             ([], Some(dir)) => vec![detect(dir)?],
             ([], None) => Vec::new(),
@@ -127,18 +120,41 @@ impl ProposerChoice {
                 }
                 ProposerKind::Model => {
                     let dir = draft_dir.ok_or(ProposerChoiceError::ModelWithoutDirectory)?;
-                    return Err(ProposerChoiceError::DraftModelUnsupported(
-                        dir.to_path_buf(),
-                    ));
+                    match detect(dir)? {
+                        ProposerKind::Model => choice.model = Some(dir.to_path_buf()),
+                        found => {
+                            return Err(ProposerChoiceError::KindMismatch {
+                                dir: dir.to_path_buf(),
+                                forced: kind,
+                                found,
+                            })
+                        }
+                    }
                 }
             }
         }
         Ok(choice)
     }
 
+    /// Nothing drafts (plain decoding).
+    pub fn none() -> Self {
+        Self {
+            mtp: None,
+            model: None,
+            ngram: None,
+        }
+    }
+
     /// Whether anything drafts.
     pub fn is_speculative(&self) -> bool {
-        self.mtp.is_some() || self.ngram.is_some()
+        self.mtp.is_some() || self.model.is_some() || self.ngram.is_some()
+    }
+
+    /// How many proposers are on.
+    pub fn count(&self) -> usize {
+        usize::from(self.mtp.is_some())
+            + usize::from(self.model.is_some())
+            + usize::from(self.ngram.is_some())
     }
 }
 
@@ -193,9 +209,35 @@ mod tests {
             ProposerChoice::resolve(&[ProposerKind::Mtp], Some(&target), ngram),
             Err(ProposerChoiceError::KindMismatch { .. })
         ));
+        let model = ProposerChoice::resolve(&[], Some(&target), ngram).unwrap();
+        assert_eq!(model.model.as_deref(), Some(target.as_path()));
+        assert_eq!((model.mtp, model.ngram), (None, None));
+        let model_and_lookup = ProposerChoice::resolve(
+            &[ProposerKind::Model, ProposerKind::Ngram],
+            Some(&target),
+            ngram,
+        )
+        .unwrap();
+        assert_eq!(model_and_lookup.count(), 2);
         assert!(matches!(
-            ProposerChoice::resolve(&[], Some(&target), ngram),
-            Err(ProposerChoiceError::DraftModelUnsupported(_))
+            ProposerChoice::resolve(&[ProposerKind::Model], Some(&assistant), ngram),
+            Err(ProposerChoiceError::KindMismatch { .. })
         ));
+        assert_eq!(
+            ProposerChoice::resolve(
+                &[ProposerKind::Mtp, ProposerKind::Model],
+                Some(&target),
+                ngram
+            ),
+            Err(ProposerChoiceError::KindMismatch {
+                dir: target.clone(),
+                forced: ProposerKind::Mtp,
+                found: ProposerKind::Model,
+            })
+        );
+        assert_eq!(
+            ProposerChoice::resolve(&[ProposerKind::Model], None, ngram),
+            Err(ProposerChoiceError::ModelWithoutDirectory)
+        );
     }
 }

@@ -454,3 +454,67 @@ fn mlx_prints_what_candle_prints() {
         );
     }
 }
+
+/// `--json --logprobs N`: one entry per generated token (its text, id, log-probability and N
+/// alternatives), the same with the drafter (speculation on) as without it (plain decode), and
+/// at temperature 0 each token is its own best alternative.
+#[test]
+fn json_logprobs_under_speculation_equal_plain_decodes() {
+    let case = Case::named("copy_drafter");
+    let args = ["-n", "20", "--logprobs", "3"];
+    let mtp_json = generate_json(&case, true, &args);
+    let plain_json = generate_json(&case, false, &args);
+    assert_eq!(mtp_json["mode"], "greedy-mtp");
+    assert!(mtp_json["mtp"]["accepted"].as_u64().unwrap_or(0) > 0);
+    assert_eq!(plain_json["mode"], "plain");
+    let tokens = ids(&mtp_json["tokens"]);
+    let (spec, plain) = (
+        mtp_json["logprobs"].as_array().expect("logprobs"),
+        plain_json["logprobs"].as_array().expect("logprobs"),
+    );
+    assert_eq!(spec.len(), tokens.len());
+    assert_eq!(plain.len(), tokens.len());
+    let tokenizer = Tokenizer::from_dir(&case.target()).expect("fixture tokenizer");
+    for (i, (s, p)) in spec.iter().zip(plain).enumerate() {
+        assert_eq!(s["id"].as_u64(), Some(u64::from(tokens[i])), "token {i}");
+        assert_eq!(s["token"], tokenizer.token_text(tokens[i]), "token {i}");
+        let lp = s["logprob"].as_f64().unwrap();
+        assert!(lp <= 0.0);
+        assert!(
+            (lp - p["logprob"].as_f64().unwrap()).abs() < 1e-4,
+            "token {i}: {s} vs {p}"
+        );
+        let (st, pt) = (
+            s["top_logprobs"].as_array().unwrap(),
+            p["top_logprobs"].as_array().unwrap(),
+        );
+        assert_eq!(st.len(), 3);
+        assert_eq!(st[0]["id"], s["id"], "greedy: the token is the best");
+        for (a, b) in st.iter().zip(pt) {
+            assert_eq!(a["id"], b["id"], "token {i}");
+            let (a, b) = (
+                a["logprob"].as_f64().unwrap(),
+                b["logprob"].as_f64().unwrap(),
+            );
+            assert!((a - b).abs() < 1e-4, "token {i}");
+        }
+    }
+    // Without --logprobs there is no such field; it needs --json and at most 20.
+    assert!(generate_json(&case, true, &["-n", "2"])
+        .get("logprobs")
+        .is_none());
+    cli_common::assert_fails_with(
+        mtp()
+            .args(["generate", "--model"])
+            .arg(case.target())
+            .args(["--logprobs", "2", "x"]),
+        "--json",
+    );
+    cli_common::assert_fails_with(
+        mtp()
+            .args(["generate", "--model"])
+            .arg(case.target())
+            .args(["--json", "--logprobs", "21", "x"]),
+        "at most 20",
+    );
+}

@@ -61,3 +61,30 @@ fn a_model_larger_than_memory_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
 }
+
+#[test]
+fn a_draft_model_counts_in_the_memory_check() {
+    // The target fits; the draft model (same vocabulary) has a context whose KV cache cannot.
+    let target = Case::named("e2b_like");
+    let draft = copy_dir(&Case::named("swa_basic").target());
+    let config = draft.path().join("config.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    json["max_position_embeddings"] = (1u64 << 44).into();
+    std::fs::write(&config, json.to_string()).unwrap();
+    let huge = (1u64 << 43).to_string();
+    let mut cmd = mtp();
+    cmd.arg("generate")
+        .arg("--model")
+        .arg(target.target())
+        .arg("--draft")
+        .arg(draft.path())
+        .args([
+            "--num-predict",
+            &huge,
+            "--temperature",
+            "0",
+            &target.prompt_text,
+        ]);
+    assert_fails_with(&mut cmd, "--ignore-memory-limit");
+}

@@ -1,6 +1,7 @@
 //! `mtp generate` with each proposer on the default target: `--draft-kind ngram` prints exactly
-//! plain greedy's text (with acceptance statistics), `--draft DIR` detects the assistant, and
-//! kinds that do not fit the directory are clear errors.
+//! plain greedy's text (with acceptance statistics), `--draft DIR` detects the assistant or a
+//! draft model, several proposers draft side by side, and kinds that do not fit the directory
+//! are clear errors.
 
 mod cli_common;
 
@@ -78,6 +79,41 @@ fn draft_dir_detects_the_assistant() {
 }
 
 #[test]
+fn a_causal_lm_in_draft_dir_drafts_as_a_draft_model() {
+    let pair = default_pair();
+    let target = pair.join("target");
+    let target = target.to_str().expect("utf-8 path");
+    let (plain, _) = generate(&[]);
+    // The target drafting for itself: the same text, and every draft accepted.
+    let (drafted, stats) = generate(&["--draft", target]);
+    assert_eq!(drafted, plain);
+    assert!(stats.contains("mode: greedy-mtp"), "{stats}");
+    assert!(stats.contains("proposer model"), "{stats}");
+    assert!(stats.contains("(100.0%)"), "{stats}");
+    let (forced, _) = generate(&["--draft", target, "--draft-kind", "model"]);
+    assert_eq!(forced, plain);
+}
+
+#[test]
+fn several_proposers_draft_side_by_side() {
+    let pair = default_pair();
+    let assistant = pair.join("assistant");
+    let assistant = assistant.to_str().expect("utf-8 path");
+    let (plain, _) = generate(&[]);
+    let (both, stats) = generate(&["--draft", assistant, "--draft-kind", "mtp,ngram"]);
+    assert_eq!(both, plain);
+    assert!(stats.contains("mode: greedy-mtp"), "{stats}");
+    let shares = stats
+        .lines()
+        .find(|l| l.starts_with("mtp: proposers:"))
+        .unwrap_or_else(|| panic!("no per-proposer line in {stats}"));
+    assert!(
+        shares.contains("mtp ") && shares.contains("ngram "),
+        "{shares}"
+    );
+}
+
+#[test]
 fn mismatched_kinds_are_clear_errors() {
     let pair = default_pair();
     let target = pair.join("target");
@@ -100,8 +136,8 @@ fn mismatched_kinds_are_clear_errors() {
         "holds model weights, not mtp",
     );
     assert_fails_with(
-        &mut generate_with(&["--draft", target_dir]),
-        "draft models are not supported yet",
+        &mut generate_with(&["--draft-kind", "model"]),
+        "--draft-kind model needs the draft model's directory",
     );
     assert_fails_with(
         &mut generate_with(&[

@@ -633,8 +633,9 @@ fn a_tcp_server_serves_and_shuts_down_gracefully() {
     let _ = DiscardSink;
 }
 
-/// Teacher-forced log-probabilities of `tokens` after `prompt`, from one batched target forward.
-fn reference_logprobs(prompt: &[u32], tokens: &[u32]) -> Vec<f32> {
+/// The target's logits rows that chose `tokens` after `prompt`, from one batched
+/// (teacher-forced) forward: row `i` follows `prompt ++ tokens[..i]`.
+fn teacher_forced_rows(prompt: &[u32], tokens: &[u32]) -> Vec<Vec<f32>> {
     use mtp_core::model::TargetModel;
     use mtp_core::Backend;
     let p = pipeline().lock().unwrap();
@@ -647,14 +648,44 @@ fn reference_logprobs(prompt: &[u32], tokens: &[u32]) -> Vec<f32> {
     let logits = b
         .to_vec_f32(&p.target().unembed(b, &out.hidden).unwrap())
         .unwrap();
-    tokens
-        .iter()
-        .enumerate()
-        .map(|(i, &t)| {
-            let row = &logits[(prompt.len() - 1 + i) * vocab..(prompt.len() + i) * vocab];
-            server::log_softmax(row)[t as usize]
-        })
+    (0..tokens.len())
+        .map(|i| logits[(prompt.len() - 1 + i) * vocab..(prompt.len() + i) * vocab].to_vec())
         .collect()
+}
+
+/// Teacher-forced log-probabilities of `tokens` after `prompt`.
+fn reference_logprobs(prompt: &[u32], tokens: &[u32]) -> Vec<f32> {
+    teacher_forced_rows(prompt, tokens)
+        .iter()
+        .zip(tokens)
+        .map(|(row, &t)| log_softmax(row)[t as usize])
+        .collect()
+}
+
+/// `x − logsumexp(x)` (f64 sum), the teacher-forced reference.
+fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&x| f64::from(x - max).exp()).sum();
+    let log_sum = sum.ln() as f32 + max;
+    logits.iter().map(|&x| x - log_sum).collect()
+}
+
+/// The engine's log-probabilities of a plain (speculation off) greedy run of `prompt`.
+fn plain_logprobs(prompt: &[u32], n: usize, top: usize) -> Vec<mtp_core::sampling::TokenLogprobs> {
+    use mtp_core::options::{DecodeMode, DraftOverrides, LogprobsRequest};
+    let p = pipeline().lock().unwrap();
+    let mut request = GenerateRequest::greedy(prompt.to_vec(), n);
+    request.eos = p.tokenizer().eos_ids().to_vec();
+    request.logprobs = LogprobsRequest::Top(top);
+    request.draft = DraftOverrides {
+        enabled: Some(false),
+        ..DraftOverrides::default()
+    };
+    let out = p
+        .generate(&request, &mut DiscardSink, &CancelToken::new())
+        .unwrap();
+    assert_eq!(out.mode, DecodeMode::Plain);
+    out.logprobs
 }
 
 #[test]
@@ -685,12 +716,22 @@ fn logprobs_under_speculation_are_the_targets() {
         // Greedy: each token is the target's most likely one, and its log-probability is the
         // teacher-forced one.
         let expected = reference_logprobs(&prompt, &ids);
+        // And, token for token, what plain decode (speculation off) reports.
+        let plain = plain_logprobs(&prompt, 16, 3);
+        assert_eq!(plain.len(), count);
+        let tokenizer = pipeline().lock().unwrap().tokenizer().clone();
         for (i, entry) in content.iter().enumerate() {
             let lp = entry["logprob"].as_f64().unwrap() as f32;
             assert!((lp - expected[i]).abs() < 1e-3, "token {i}: {lp} vs {}", expected[i]);
+            assert!((lp - plain[i].logprob).abs() < 1e-4, "token {i}: {lp} vs plain {}", plain[i].logprob);
+            assert_eq!(entry["token"], tokenizer.token_text(plain[i].id));
             let top = entry["top_logprobs"].as_array().unwrap();
             assert_eq!(top.len(), 3);
             assert!((top[0]["logprob"].as_f64().unwrap() as f32 - lp).abs() < 1e-6);
+            for (alt, want) in top.iter().zip(&plain[i].top) {
+                assert_eq!(alt["token"], tokenizer.token_text(want.id), "token {i}");
+                assert!((alt["logprob"].as_f64().unwrap() as f32 - want.logprob).abs() < 1e-4);
+            }
         }
 
         // Streaming: the chunks carry the same entries, in order.
@@ -703,7 +744,21 @@ fn logprobs_under_speculation_are_the_targets() {
             .filter_map(|f| f["choices"].get(0)?["logprobs"]["content"].as_array().cloned())
             .flatten()
             .collect();
-        assert_eq!(streamed, content);
+        // The same tokens and alternatives; the values agree to rounding (the rounds of this
+        // run, after prefix reuse, batch the rows differently).
+        assert_eq!(streamed.len(), content.len());
+        let close = |a: &Value, b: &Value| {
+            assert_eq!(a["token"], b["token"]);
+            assert_eq!(a["bytes"], b["bytes"]);
+            let (x, y) = (a["logprob"].as_f64().unwrap(), b["logprob"].as_f64().unwrap());
+            assert!((x - y).abs() < 1e-4, "{x} vs {y}");
+        };
+        for (a, b) in streamed.iter().zip(&content) {
+            close(a, b);
+            let (ta, tb) = (a["top_logprobs"].as_array().unwrap(), b["top_logprobs"].as_array().unwrap());
+            assert_eq!(ta.len(), tb.len());
+            ta.iter().zip(tb).for_each(|(x, y)| close(x, y));
+        }
 
         // ollama: logprobs per token in the final object with stream: false.
         let body = json!({"model": NAME, "messages": [{"role": "user", "content": "Who made the light?"}],
@@ -717,6 +772,74 @@ fn logprobs_under_speculation_are_the_targets() {
         let (status, _) = call(&s.router, "POST", "/v1/chat/completions", Some(body)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
     });
+}
+
+/// Sampled (temperature 0.8, top-k, top-p, a repeat penalty) with speculation on: each
+/// token's reported log-probability is the log of the probability the sampler's distribution
+/// gives it on the teacher-forced row with its penalty context, and the alternatives are that
+/// distribution's best tokens.
+#[test]
+fn sampled_logprobs_under_speculation_are_the_transformed_distribution() {
+    use mtp_core::options::LogprobsRequest;
+    use mtp_core::sampling::{Sampler, SamplerOptions};
+    let prompt = raw_ids(PROMPT);
+    let sampling = SamplerOptions {
+        temperature: 0.8,
+        top_k: 20,
+        top_p: 0.95,
+        repeat_penalty: 1.2,
+        repeat_last_n: 16,
+        seed: Some(11),
+        ..SamplerOptions::default()
+    };
+    let mut request = GenerateRequest::greedy(prompt.clone(), 24);
+    request.sampling = sampling.clone();
+    request.logprobs = LogprobsRequest::Top(4);
+    let job = GenerationJob {
+        request,
+        stop: Vec::new(),
+        cancel: CancelToken::new(),
+        shutdown: CancelToken::new(),
+        deadline: None,
+    };
+    let w = worker(2);
+    let (lps, finished) = runtime().block_on(async {
+        let mut events = w.submit(job).await.unwrap();
+        let mut lps = Vec::new();
+        loop {
+            match events.recv().await.expect("a final event") {
+                GenerationEvent::Text { logprobs, .. } => lps.extend(logprobs),
+                GenerationEvent::Finished(f) => break (lps, f),
+                GenerationEvent::Failed(e) => panic!("{e}"),
+            }
+        }
+    });
+    let stats = finished.mtp.clone().expect("speculative");
+    assert!(
+        stats.accepted > 0,
+        "speculation stayed on and accepted drafts"
+    );
+    assert_eq!(lps.len(), finished.completion_tokens);
+    let ids: Vec<u32> = lps.iter().map(|l| l.id).collect();
+    let sampler = Sampler::new(sampling, &prompt).unwrap();
+    for (i, (lp, row)) in lps
+        .iter()
+        .zip(teacher_forced_rows(&prompt, &ids))
+        .enumerate()
+    {
+        let dist = sampler.distribution(&row, &ids[..i]).unwrap();
+        let want = dist.prob(lp.id).ln();
+        assert!(
+            (f64::from(lp.logprob) - want).abs() < 1e-4,
+            "token {i}: {} vs {want}",
+            lp.logprob
+        );
+        let mut support: Vec<(u32, f64)> = dist.support().collect();
+        support.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let best: Vec<u32> = support.iter().take(4).map(|s| s.0).collect();
+        let top: Vec<u32> = lp.top.iter().map(|t| t.id).collect();
+        assert_eq!(top, best, "token {i}");
+    }
 }
 
 /// `state` served on a free loopback port: its address, the shutdown trigger and the task.

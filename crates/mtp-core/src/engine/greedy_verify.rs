@@ -15,16 +15,25 @@ use crate::acceptance::Verdict;
 use crate::sampling::Distribution;
 use crate::Backend;
 
+/// What a greedy verification read: the drafts, the target's choice at each row and, when they
+/// were read to the host, the rows `[k + 1, vocab]` flat.
+pub(super) struct GreedyChoices {
+    pub drafts: Vec<u32>,
+    pub targets: Vec<u32>,
+    pub rows: Option<Vec<f32>>,
+}
+
 impl<B: Backend> SpeculativeRun<'_, '_, B> {
     /// The draft ids and the target's greedy choices at rows `0..=k` of `logits` (`[1, k + 1,
-    /// v]`, row 0 at position `before`); an error when a row's logits are not finite.
+    /// v]`, row 0 at position `before`), with the rows themselves when they were read to the
+    /// host (penalties); an error when a row's logits are not finite.
     pub(super) fn greedy_choices(
         &self,
         drafts: &B::Array,
         host_drafts: Option<&[u32]>,
         logits: &B::Array,
         before: usize,
-    ) -> Result<(Vec<u32>, Vec<u32>), B::Error> {
+    ) -> Result<GreedyChoices, B::Error> {
         let s = &*self.session;
         let backend = s.backend;
         let k = backend.shape(drafts)[1];
@@ -34,7 +43,11 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
             let (drafts, rest) = read.split_at(k);
             let (targets, flags) = rest.split_at(k + 1);
             check_flags(flags, before)?;
-            return Ok((drafts.to_vec(), targets.to_vec()));
+            return Ok(GreedyChoices {
+                drafts: drafts.to_vec(),
+                targets: targets.to_vec(),
+                rows: None,
+            });
         }
         let drafts = match host_drafts {
             Some(ids) => ids.to_vec(),
@@ -48,7 +61,41 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
         }
         let dists = s.sampler.verification_distributions(&rows, &drafts)?;
         let targets = dists.iter().map(Distribution::argmax).collect();
-        Ok((drafts, targets))
+        Ok(GreedyChoices {
+            drafts,
+            targets,
+            rows: Some(flat),
+        })
+    }
+
+    /// Queue the log-probabilities of a greedy verdict's emitted tokens (`tokens`: the accepted
+    /// drafts, then the next token unless an EOS ended the round), token `j` from row `j` of
+    /// `logits` with the drafts before it as its penalty prefix. `rows` are the host rows when
+    /// [`Self::greedy_choices`] read them; otherwise the rows of `tokens` are read now.
+    pub(super) fn queue_greedy_logprobs(
+        &mut self,
+        top: usize,
+        logits: &B::Array,
+        rows: Option<Vec<f32>>,
+        drafts: &[u32],
+        tokens: &[u32],
+    ) -> Result<(), B::Error> {
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        let s = &mut *self.session;
+        let backend = s.backend;
+        let vocab = backend.shape(logits).last().copied().unwrap_or(1).max(1);
+        let flat = match rows {
+            Some(flat) => flat,
+            None => backend.to_vec_f32(&backend.slice(logits, 1, 0, tokens.len())?)?,
+        };
+        for (j, (&id, row)) in tokens.iter().zip(flat.chunks(vocab)).enumerate() {
+            let prefix = &drafts[..j.min(drafts.len())];
+            let lp = s.sampler.greedy_logprobs(row, prefix, id, top)?;
+            s.queue_logprobs(lp);
+        }
+        Ok(())
     }
 
     /// The greedy choice of logits `[1, 1, v]` after the history and `prefix`, without

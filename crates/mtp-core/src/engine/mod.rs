@@ -35,6 +35,20 @@
 //! one-position cache transaction, rolled back when its token ends the run), so the device
 //! computes while the host builds graphs, detokenizes and prints.
 //!
+//! # Log-probabilities
+//!
+//! With [`GenerateRequest::logprobs`] set, every emitted token comes with its log-probability
+//! and the top alternatives ([`TokenLogprobs`](crate::sampling::TokenLogprobs)), computed from
+//! the logits row the engine already has for its position: the plain step's row, or row `i`
+//! of the target's batched verification forward for the `i`-th accepted draft and for the
+//! bonus or correction token, with the penalty context of that position (the history and the
+//! drafts before it). The distribution is the request's sampling transform; at temperature 0
+//! it is `log_softmax` of the penalised logits (see [`crate::sampling::logprobs`]). Plain and
+//! speculative decoding therefore report the same values (up to the rounding of a batched
+//! forward), and speculation stays on. The cost, only when asked: greedy rounds also read the
+//! kept verification rows to the host (sampled rounds read them anyway), and greedy plain
+//! decode gives up its one-token look-ahead (it reads each row).
+//!
 //! # Guarantees
 //!
 //! Greedy MTP emits exactly the tokens of plain greedy decode; sampled MTP emits tokens with the
@@ -53,8 +67,8 @@ mod verify;
 
 pub use overlap::EvalOverlap;
 pub use prefix::{PrefixCache, PrefixReuse};
-pub use sink::{CancelToken, DiscardSink, SinkFlow, TokenSink};
-pub use stats::{DoneReason, MtpStats, PositionCounts, Response};
+pub use sink::{CancelToken, DiscardSink, ScoredSink, SinkFlow, TokenSink};
+pub use stats::{DoneReason, MtpStats, PositionCounts, ProposerCounts, Response};
 
 use std::sync::Arc;
 
@@ -87,7 +101,9 @@ pub struct GenerateRequest {
     pub eos: Vec<u32>,
     /// Per-request draft overrides.
     pub draft: DraftOverrides,
-    /// Whether log-probabilities are requested (speculation is then off, as in the seed).
+    /// Whether the log-probability of each emitted token (and how many alternatives) is
+    /// requested: sent to the sink's [`TokenSink::scored_token`] and kept in
+    /// [`Response::logprobs`]. Speculation stays on (see the module docs, *Log-probabilities*).
     pub logprobs: LogprobsRequest,
 }
 
@@ -105,8 +121,8 @@ impl GenerateRequest {
     }
 }
 
-/// The decode engine for one target (and optionally one proposer: an MTP drafter, prompt
-/// lookup, ...) on one backend.
+/// The decode engine for one target (and optionally proposers: an MTP drafter, prompt lookup,
+/// a draft model, ... — one or several) on one backend.
 ///
 /// ```
 /// use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
@@ -139,7 +155,8 @@ impl GenerateRequest {
 pub struct Engine<'m, B: Backend> {
     backend: &'m B,
     target: &'m dyn TargetModel<B>,
-    proposer: Option<ProposerSlot<'m, B>>,
+    /// What drafts, in the order given (empty: plain decode).
+    proposers: Vec<ProposerSlot<'m, B>>,
     rules: AcceptanceRules,
     env: EnvLookup,
     overlap: EvalOverlap,
@@ -175,7 +192,10 @@ impl<B: Backend> std::fmt::Debug for Engine<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("backend", &self.backend.name())
-            .field("proposer", &self.proposer.map(|p| p.kind()))
+            .field(
+                "proposers",
+                &self.proposers.iter().map(|p| p.kind()).collect::<Vec<_>>(),
+            )
             .field("rules", &self.rules)
             .field("overlap", &self.overlap)
             .finish()
@@ -189,7 +209,7 @@ impl<'m, B: Backend> Engine<'m, B> {
         Self {
             backend,
             target,
-            proposer: None,
+            proposers: Vec::new(),
             rules: AcceptanceRules::default(),
             env: Arc::new(|key| std::env::var(key).ok()),
             overlap: EvalOverlap::default(),
@@ -210,17 +230,36 @@ impl<'m, B: Backend> Engine<'m, B> {
         &self.schedules
     }
 
-    /// Use `drafter` for MTP (as an [`MtpChain`]).
+    /// Use `drafter` for MTP (as an [`MtpChain`]), replacing any proposer or drafter set
+    /// before.
     pub fn with_drafter(mut self, drafter: &'m dyn MtpDrafter<B>) -> Self {
-        self.proposer = Some(ProposerSlot::Drafter(drafter));
+        self.proposers = vec![ProposerSlot::Drafter(drafter)];
         self
     }
 
     /// Draft with `proposer` (an [`MtpChain`], an
-    /// [`NgramProposer`](crate::proposer::NgramProposer), ...), replacing any proposer or
-    /// drafter set before.
+    /// [`NgramProposer`](crate::proposer::NgramProposer), a
+    /// [`DraftModel`](crate::proposer::DraftModel), ...), replacing any proposer or drafter
+    /// set before.
     pub fn with_proposer(mut self, proposer: &'m dyn Proposer<B>) -> Self {
-        self.proposer = Some(ProposerSlot::Proposer(proposer));
+        self.proposers = vec![ProposerSlot::Proposer(proposer)];
+        self
+    }
+
+    /// Draft also with `proposer`, beside those set before. With several proposers on, each
+    /// round drafts with the one whose running expected accepted length is highest (each is
+    /// tried once first; one that has nothing to propose yields to the next; one not chosen
+    /// for a while is tried again), each with its own draft schedule (and adaptive state);
+    /// [`MtpStats::per_proposer`] counts each one's rounds.
+    pub fn also_proposer(mut self, proposer: &'m dyn Proposer<B>) -> Self {
+        self.proposers.push(ProposerSlot::Proposer(proposer));
+        self
+    }
+
+    /// Draft also with `drafter` (as an [`MtpChain`]), beside the proposers set before (see
+    /// [`also_proposer`](Self::also_proposer)).
+    pub fn also_drafter(mut self, drafter: &'m dyn MtpDrafter<B>) -> Self {
+        self.proposers.push(ProposerSlot::Drafter(drafter));
         self
     }
 
@@ -265,12 +304,7 @@ impl<'m, B: Backend> Engine<'m, B> {
     }
 
     fn mode_for(&self, request: &GenerateRequest, options: &MtpOptions) -> DecodeMode {
-        decode_mode(
-            &request.sampling,
-            options,
-            self.presence(),
-            request.logprobs,
-        )
+        decode_mode(&request.sampling, options, self.presence())
     }
 
     /// Why `request` decodes without speculation, or `None` when it speculates.
@@ -287,18 +321,14 @@ impl<'m, B: Backend> Engine<'m, B> {
         request: &GenerateRequest,
         options: &MtpOptions,
     ) -> Option<SpeculationOff> {
-        speculation_off(
-            &request.sampling,
-            options,
-            self.presence(),
-            request.logprobs,
-        )
+        speculation_off(&request.sampling, options, self.presence())
     }
 
     fn presence(&self) -> DrafterPresence {
-        match self.proposer {
-            Some(_) => DrafterPresence::Loaded,
-            None => DrafterPresence::Absent,
+        if self.proposers.is_empty() {
+            DrafterPresence::Absent
+        } else {
+            DrafterPresence::Loaded
         }
     }
 
@@ -342,33 +372,48 @@ impl<'m, B: Backend> Engine<'m, B> {
         cancel: &CancelToken,
     ) -> Result<Response, B::Error> {
         request.sampling.validate()?;
+        request.logprobs.validate()?;
         let options = self.mtp_options(request)?;
         let mode = self.mode_for(request, &options);
         let mut session =
             session::Session::new(self.backend, self.target, caches, request, sink, cancel)?;
-        match (mode, self.proposer) {
-            (DecodeMode::GreedyMtp | DecodeMode::SampledMtp, Some(slot)) => {
-                let chain;
-                let proposer: &dyn Proposer<B> = match slot {
-                    ProposerSlot::Drafter(drafter) => {
-                        chain = MtpChain(drafter);
-                        &chain
-                    }
-                    ProposerSlot::Proposer(proposer) => proposer,
-                };
-                let kind = proposer.kind();
-                let proposer = proposer.start(self.backend, &request.prompt)?;
+        match mode {
+            DecodeMode::GreedyMtp | DecodeMode::SampledMtp if !self.proposers.is_empty() => {
+                let chains: Vec<MtpChain<&dyn MtpDrafter<B>>> = self
+                    .proposers
+                    .iter()
+                    .filter_map(|slot| match slot {
+                        ProposerSlot::Drafter(drafter) => Some(MtpChain(*drafter)),
+                        ProposerSlot::Proposer(_) => None,
+                    })
+                    .collect();
+                let mut chain = chains.iter();
+                let mut runs = Vec::with_capacity(self.proposers.len());
+                for slot in &self.proposers {
+                    let proposer: &dyn Proposer<B> = match slot {
+                        ProposerSlot::Drafter(_) => match chain.next() {
+                            Some(c) => c,
+                            None => {
+                                return Err(CoreError::Model("drafter chain missing".into()).into())
+                            }
+                        },
+                        ProposerSlot::Proposer(proposer) => *proposer,
+                    };
+                    runs.push((
+                        proposer.kind(),
+                        proposer.start(self.backend, &request.prompt)?,
+                    ));
+                }
                 let mut run = speculative::SpeculativeRun::new(
                     &mut session,
-                    proposer,
+                    runs,
                     &request.prompt,
                     &options,
                     self.rules,
                     mode,
                     self.overlap,
                 )
-                .keep_schedule_in(&self.schedules, kind.name());
-                run.stats.proposer = kind;
+                .keep_schedule_in(&self.schedules);
                 run.run()?;
                 let stats = run.into_stats();
                 stats.trace(session.generated());

@@ -8,11 +8,16 @@ use crate::{Backend, CoreError};
 
 /// Prefill, then forward one token at a time until EOS, the budget or cancellation.
 ///
-/// With the evaluation overlap (`overlap`, lazy backends, greedy neutral sampling and caches
-/// that can roll back) the loop runs one token ahead instead: see [`pipelined`].
+/// With the evaluation overlap (`overlap`, lazy backends, greedy neutral sampling, caches that
+/// can roll back and no log-probabilities, which read each row) the loop runs one token ahead
+/// instead: see [`pipelined`].
 pub(super) fn run<B: Backend>(session: &mut Session<'_, B>, overlap: bool) -> Result<(), B::Error> {
     session.prefill()?;
-    if overlap && session.device_argmax() && session.caches.can_speculate() {
+    if overlap
+        && session.device_argmax()
+        && session.caches.can_speculate()
+        && session.top_logprobs().is_none()
+    {
         return pipelined(session);
     }
     while !session.is_done() && !session.cancelled() {

@@ -1,5 +1,6 @@
 //! State shared by every decode loop: caches, position, the current token, emission and budget.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::sink::{CancelToken, SinkFlow, TokenSink};
@@ -8,7 +9,7 @@ use super::GenerateRequest;
 use crate::cache::CacheSet;
 use crate::model::{TargetModel, TargetOutput};
 use crate::options::DecodeMode;
-use crate::sampling::{HostRows, Sampler};
+use crate::sampling::{Distribution, HostRows, LogitRow, Sampler, TokenLogprobs};
 use crate::{Backend, CoreError};
 
 /// One generation in progress.
@@ -24,6 +25,12 @@ pub(super) struct Session<'s, B: Backend> {
     /// Sampling is greedy without penalties: pick tokens with a device argmax (top-k, top-p and
     /// min-p cannot change the argmax).
     device_argmax: bool,
+    /// How many alternatives each token's log-probabilities carry; `None`: none requested.
+    top_logprobs: Option<usize>,
+    /// Log-probabilities of tokens chosen and not yet emitted, in emission order.
+    pending: VecDeque<TokenLogprobs>,
+    /// Log-probabilities of the emitted tokens.
+    scored: Vec<TokenLogprobs>,
     tokens: Vec<u32>,
     budget: usize,
     /// The tokens asked for (`budget` is this capped by the context).
@@ -74,6 +81,9 @@ impl<'s, B: Backend> Session<'s, B> {
             sink,
             cancel,
             device_argmax,
+            top_logprobs: request.logprobs.top(),
+            pending: VecDeque::new(),
+            scored: Vec::new(),
             tokens: Vec::new(),
             budget: request.num_predict.min(room),
             num_predict: request.num_predict,
@@ -118,7 +128,15 @@ impl<'s, B: Backend> Session<'s, B> {
 
     /// Emit one token: EOS ends with `Stop` (not emitted), the sink may cancel, and reaching the
     /// budget ends with `Length`. Returns whether generation continues.
+    ///
+    /// With log-probabilities requested, the oldest queued entry ([`Self::queue_logprobs`]) is
+    /// the token's: it goes to the sink with it and into the response.
     pub fn emit(&mut self, id: u32) -> bool {
+        let scored = self.pending.pop_front();
+        debug_assert!(
+            scored.as_ref().is_none_or(|lp| lp.id == id),
+            "log-probabilities out of step with the emitted tokens"
+        );
         if self.done.is_some() {
             return false;
         }
@@ -127,7 +145,15 @@ impl<'s, B: Backend> Session<'s, B> {
             return false;
         }
         self.tokens.push(id);
-        if self.sink.token(id) == SinkFlow::Stop {
+        let flow = match scored {
+            Some(lp) => {
+                let flow = self.sink.scored_token(id, &lp);
+                self.scored.push(lp);
+                flow
+            }
+            None => self.sink.token(id),
+        };
+        if flow == SinkFlow::Stop {
             self.done = Some(DoneReason::Cancelled);
             return false;
         }
@@ -166,25 +192,76 @@ impl<'s, B: Backend> Session<'s, B> {
     ///
     /// The logits are those of the newest forwarded position (`position - 1`); non-finite logits
     /// are [`CoreError::NonFiniteLogits`].
+    ///
+    /// With log-probabilities requested, the chosen token's are queued for its emission (read
+    /// from the same row; the device-argmax path then also reads the row itself).
     pub fn choose(&mut self, logits: &B::Array) -> Result<u32, B::Error> {
         let row_position = self.position.saturating_sub(1);
-        let id = if self.device_argmax {
+        let (id, scored) = if self.device_argmax {
             let (ids, flags) = self.checked_argmax(logits)?;
             let read = self
                 .backend
                 .to_vec_u32(&self.backend.concat(&[&ids, &flags], 1)?)?;
             check_flags(&read[1..], row_position)?;
-            first(read)?
+            let id = first(read)?;
+            let scored = match self.top_logprobs {
+                Some(top) => {
+                    let row = self.backend.to_vec_f32(logits)?;
+                    Some(self.sampler.greedy_logprobs(&row, &[], id, top)?)
+                }
+                None => None,
+            };
+            (id, scored)
         } else {
             let host = HostRows::read(self.backend, logits, self.sampler.options(), row_position)?;
             if let Some(row) = host.dense() {
                 check_row(row, row_position)?;
             }
             let dist = self.sampler.distribution_of(host.row(0), &[])?;
-            self.sampler.sample(&dist)
+            let id = self.sampler.sample(&dist);
+            let scored = match self.top_logprobs {
+                Some(top) => Some(self.logprobs_of(host.row(0), &dist, &[], id, top)?),
+                None => None,
+            };
+            (id, scored)
         };
         self.sampler.commit(&[id]);
+        self.pending.extend(scored);
         Ok(id)
+    }
+
+    /// How many alternatives the request's log-probabilities carry; `None` when it asked for
+    /// none.
+    pub fn top_logprobs(&self) -> Option<usize> {
+        self.top_logprobs
+    }
+
+    /// Queue the log-probabilities of the next token to be emitted after those queued already.
+    pub fn queue_logprobs(&mut self, logprobs: TokenLogprobs) {
+        self.pending.push_back(logprobs);
+    }
+
+    /// The log-probabilities reported for `id`, chosen from `row` (whose distribution after the
+    /// history and `prefix` is `dist`): the distribution's at temperature > 0, the penalised
+    /// logits' `log_softmax` at temperature 0, which needs the whole row (greedy rows are
+    /// always read whole).
+    pub fn logprobs_of(
+        &self,
+        row: LogitRow<'_>,
+        dist: &Distribution,
+        prefix: &[u32],
+        id: u32,
+        top: usize,
+    ) -> Result<TokenLogprobs, CoreError> {
+        if !self.sampler.options().is_greedy() {
+            return Ok(dist.logprobs(id, top));
+        }
+        match row {
+            LogitRow::Dense(logits) => self.sampler.greedy_logprobs(logits, prefix, id, top),
+            LogitRow::Top { .. } => Err(CoreError::Model(
+                "greedy log-probabilities need the whole logits row".into(),
+            )),
+        }
     }
 
     /// The argmax ids `[1, t]` of logits `[1, t, v]` and each row's non-finite flag `[1, t]`
@@ -285,6 +362,7 @@ impl<'s, B: Backend> Session<'s, B> {
             mtp,
             speculation_off: None,
             context_full,
+            logprobs: self.scored,
         }
     }
 }

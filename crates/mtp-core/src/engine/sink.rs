@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::sampling::TokenLogprobs;
+
 /// What a sink wants after receiving a token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SinkFlow {
@@ -16,6 +18,42 @@ pub enum SinkFlow {
 pub trait TokenSink {
     /// One committed token.
     fn token(&mut self, id: u32) -> SinkFlow;
+
+    /// One committed token with its log-probabilities, instead of [`token`](Self::token), when
+    /// the request asks for them ([`GenerateRequest::logprobs`](super::GenerateRequest)). The
+    /// default ignores them and calls [`token`](Self::token).
+    fn scored_token(&mut self, id: u32, logprobs: &TokenLogprobs) -> SinkFlow {
+        let _ = logprobs;
+        self.token(id)
+    }
+}
+
+/// A sink from a closure that also receives each token's log-probabilities (`None` when the
+/// request did not ask for them).
+///
+/// ```
+/// use mtp_core::engine::{ScoredSink, SinkFlow, TokenSink};
+/// use mtp_core::sampling::TokenLogprobs;
+///
+/// let mut seen = Vec::new();
+/// let mut sink = ScoredSink(|id: u32, lp: Option<&TokenLogprobs>| {
+///     seen.push((id, lp.map(|l| l.logprob)));
+///     SinkFlow::Continue
+/// });
+/// sink.token(3);
+/// sink.scored_token(4, &TokenLogprobs { id: 4, logprob: -0.5, top: Vec::new() });
+/// assert_eq!(seen, vec![(3, None), (4, Some(-0.5))]);
+/// ```
+pub struct ScoredSink<F>(pub F);
+
+impl<F: FnMut(u32, Option<&TokenLogprobs>) -> SinkFlow> TokenSink for ScoredSink<F> {
+    fn token(&mut self, id: u32) -> SinkFlow {
+        (self.0)(id, None)
+    }
+
+    fn scored_token(&mut self, id: u32, logprobs: &TokenLogprobs) -> SinkFlow {
+        (self.0)(id, Some(logprobs))
+    }
 }
 
 impl<F: FnMut(u32) -> SinkFlow> TokenSink for F {

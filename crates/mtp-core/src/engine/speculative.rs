@@ -4,18 +4,37 @@ use std::time::{Duration, Instant};
 
 use super::overlap::EvalOverlap;
 use super::session::Session;
-use super::stats::MtpStats;
+use super::stats::{MtpStats, ProposerCounts};
 use crate::acceptance::{AcceptanceRules, RoundEnd, Verdict};
 use crate::options::{DecodeMode, MtpOptions, ValidationMode};
-use crate::proposer::{DraftMode, ProposerRun, RoundContext};
+use crate::proposer::{DraftMode, ProposerKind, ProposerRun, RoundContext};
 use crate::sampling::Distribution;
 use crate::schedule::{
     new_schedule, DraftSchedule, RoundRecord, RoundReport, ScheduleKey, ScheduleMemory,
 };
 use crate::Backend;
 
+/// Weight of the newest round in an arm's running expected accepted length.
+const EXPECTED_WEIGHT: f64 = 0.25;
+/// Rounds an arm may go unchosen (while another drafts) before it is tried again.
+const RETRY_AFTER: usize = 16;
+
+/// One proposer of a run, with its own schedule and running estimate.
+pub(super) struct Arm<'r, B: Backend> {
+    kind: ProposerKind,
+    run: Box<dyn ProposerRun<B> + 'r>,
+    schedule: Box<dyn DraftSchedule>,
+    /// Running expected accepted drafts per round it drafted (an exponential moving average);
+    /// `None` until it has drafted once.
+    expected: Option<f64>,
+    /// Rounds drafted by other arms since this one last drafted.
+    passed_over: usize,
+}
+
 /// One round's proposal.
 pub(super) struct Proposal<B: Backend> {
+    /// The arm (proposer) that drafted it.
+    pub arm: usize,
     /// Drafts in it.
     pub depth: usize,
     /// The depth asked of the proposer (it may propose fewer).
@@ -35,13 +54,13 @@ pub(super) struct Proposal<B: Backend> {
 /// A speculative generation in progress.
 pub(super) struct SpeculativeRun<'r, 's, B: Backend> {
     pub session: &'r mut Session<'s, B>,
-    pub proposer: Box<dyn ProposerRun<B> + 'r>,
+    /// The proposers, in the engine's order (at least one).
+    arms: Vec<Arm<'r, B>>,
     /// The prompt and every committed token, ending with `current` (what proposers see).
     pub history: Vec<u32>,
     pub options: MtpOptions,
     pub rules: AcceptanceRules,
     pub mode: DecodeMode,
-    pub schedule: Box<dyn DraftSchedule>,
     pub stats: MtpStats,
     /// Whether the evaluation overlap is on (see [`EvalOverlap`]).
     overlap: bool,
@@ -50,53 +69,72 @@ pub(super) struct SpeculativeRun<'r, 's, B: Backend> {
 impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
     pub fn new(
         session: &'r mut Session<'s, B>,
-        proposer: Box<dyn ProposerRun<B> + 'r>,
+        proposers: Vec<(ProposerKind, Box<dyn ProposerRun<B> + 'r>)>,
         prompt: &[u32],
         options: &MtpOptions,
         rules: AcceptanceRules,
         mode: DecodeMode,
         overlap: EvalOverlap,
     ) -> Self {
-        let schedule = new_schedule(
-            options.schedule,
-            options.initial_draft_tokens,
-            options.max_draft_tokens,
-        );
+        let arms: Vec<Arm<'r, B>> = proposers
+            .into_iter()
+            .map(|(kind, run)| Arm {
+                kind,
+                run,
+                schedule: new_schedule(
+                    options.schedule,
+                    options.initial_draft_tokens,
+                    options.max_draft_tokens,
+                ),
+                expected: None,
+                passed_over: 0,
+            })
+            .collect();
         let stats = MtpStats {
             schedule: options.schedule,
+            proposer: arms.first().map(|a| a.kind).unwrap_or_default(),
+            per_proposer: arms
+                .iter()
+                .map(|a| ProposerCounts {
+                    proposer: a.kind,
+                    ..ProposerCounts::default()
+                })
+                .collect(),
             ..MtpStats::default()
         };
         let overlap = overlap.is_active(session.backend);
         Self {
             overlap,
             session,
-            proposer,
+            arms,
             history: prompt.to_vec(),
             options: *options,
             rules,
             mode,
-            schedule,
             stats,
         }
     }
 
-    /// Keep the schedule's learned state in `schedules`, under the key of this run
-    /// (`proposer`'s name, the backend, the decode mode, the validation, the overlap): an
+    /// Keep each proposer's schedule state in `schedules`, under the key of the proposer
+    /// (its kind's name, the backend, the decode mode, the validation, the overlap): an
     /// adaptive schedule then starts where earlier requests with the same key left off.
-    pub fn keep_schedule_in(mut self, schedules: &ScheduleMemory, proposer: &str) -> Self {
-        let key = ScheduleKey {
-            proposer: proposer.to_string(),
-            backend: self.session.backend.name(),
-            mode: self.mode,
-            validation: self.validation(),
-            overlap: self.overlap,
-        };
-        self.schedule = schedules.schedule(
-            &key,
-            self.options.schedule,
-            self.options.initial_draft_tokens,
-            self.options.max_draft_tokens,
-        );
+    pub fn keep_schedule_in(mut self, schedules: &ScheduleMemory) -> Self {
+        let validation = self.validation();
+        for arm in &mut self.arms {
+            let key = ScheduleKey {
+                proposer: arm.kind.name().to_string(),
+                backend: self.session.backend.name(),
+                mode: self.mode,
+                validation,
+                overlap: self.overlap,
+            };
+            arm.schedule = schedules.schedule(
+                &key,
+                self.options.schedule,
+                self.options.initial_draft_tokens,
+                self.options.max_draft_tokens,
+            );
+        }
         self
     }
 
@@ -114,16 +152,74 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         }
     }
 
-    /// The depth of a round that may still emit `remaining` tokens.
-    fn depth(&mut self, validation: ValidationMode, remaining: usize) -> usize {
+    /// The depth arm `arm` drafts at in a round that may still emit `remaining` tokens.
+    fn depth(&mut self, arm: usize, validation: ValidationMode, remaining: usize) -> usize {
         // Sampled speculation needs a rollback-capable batched verify (as in the seed).
         if self.mode == DecodeMode::SampledMtp && validation != ValidationMode::Batched {
             return 0;
         }
-        self.schedule
-            .depth()
-            .min(self.options.max_draft_tokens)
-            .min(remaining.saturating_sub(1))
+        let max = self.options.max_draft_tokens;
+        match self.arms.get_mut(arm) {
+            Some(a) => a.schedule.depth().min(max).min(remaining.saturating_sub(1)),
+            None => 0,
+        }
+    }
+
+    /// The arms in the order a round asks them: one not yet tried first, then one passed over
+    /// for [`RETRY_AFTER`] rounds, then by running expected accepted length (highest first;
+    /// the engine's order on ties).
+    fn order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.arms.len()).collect();
+        let rank = |a: &Arm<'r, B>| match a.expected {
+            None => f64::INFINITY,
+            Some(_) if a.passed_over >= RETRY_AFTER => f64::MAX,
+            Some(e) => e,
+        };
+        order.sort_by(|&x, &y| rank(&self.arms[y]).total_cmp(&rank(&self.arms[x])));
+        order
+    }
+
+    /// The drafts of the first arm (in [`Self::order`]) that drafts at a depth above 0 and
+    /// has something to propose; `None` (a plain round) when none does. `asked` gets every arm
+    /// asked, in order.
+    fn propose_best(
+        &mut self,
+        validation: ValidationMode,
+        remaining: usize,
+        asked: &mut Vec<usize>,
+    ) -> Result<Option<Proposal<B>>, B::Error> {
+        for arm in self.order() {
+            asked.push(arm);
+            let depth = self.depth(arm, validation, remaining);
+            if depth == 0 {
+                continue;
+            }
+            if let Some(proposal) = self.propose(arm, depth)? {
+                return Ok(Some(proposal));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Update the arms' estimates after arm `drafter` drafted a round that accepted `accepted`.
+    fn learn(&mut self, drafter: usize, drafted: usize, accepted: usize) {
+        for (i, arm) in self.arms.iter_mut().enumerate() {
+            if i == drafter {
+                let sample = accepted as f64;
+                arm.expected = Some(match arm.expected {
+                    None => sample,
+                    Some(e) => e + EXPECTED_WEIGHT * (sample - e),
+                });
+                arm.passed_over = 0;
+            } else {
+                arm.passed_over += 1;
+            }
+        }
+        if let Some(counts) = self.stats.per_proposer.get_mut(drafter) {
+            counts.rounds += 1;
+            counts.drafted += drafted;
+            counts.accepted += accepted;
+        }
     }
 
     pub fn run(&mut self) -> Result<(), B::Error> {
@@ -136,33 +232,44 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         while !self.session.is_done() && !self.session.cancelled() {
             let started = Instant::now();
             let validation = self.validation();
-            let planned = self.schedule.depth();
-            let depth = self.depth(validation, self.session.remaining());
+            let remaining = self.session.remaining();
             // Early drafts serve only the round they were built for.
-            let early_drafts = early
-                .take()
-                .filter(|d| d.requested == depth && d.position == self.session.position);
+            let early_drafts = match early.take() {
+                Some(d)
+                    if d.position == self.session.position
+                        && d.requested == self.depth(d.arm, validation, remaining) =>
+                {
+                    Some(d)
+                }
+                _ => None,
+            };
+            let mut asked = Vec::new();
             // A round's cost includes its drafting, also when that ran before the round began.
             let drafted = match early_drafts {
                 Some(drafts) => {
                     let drafting = drafts.drafting;
                     Some((drafts, drafting))
                 }
-                None if depth == 0 => None,
-                None => self.propose(depth)?.map(|p| (p, Duration::ZERO)),
+                None => self
+                    .propose_best(validation, remaining, &mut asked)?
+                    .map(|p| (p, Duration::ZERO)),
             };
             let Some((proposal, drafted_before)) = drafted else {
-                // Nothing drafted (depth 0, or the proposer had nothing): a plain step, timed
-                // like a drafting round: up to the verdict, before emission.
+                // Nothing drafted (depth 0, or no proposer had anything): a plain step, timed
+                // like a drafting round: up to the verdict, before emission; every proposer
+                // asked learns of it.
                 let next = self.session.plain_token()?;
                 self.history.push(next);
-                self.end_round(RoundReport {
-                    planned,
-                    drafted: 0,
-                    judged: 0,
-                    accepted: 0,
-                    elapsed: started.elapsed(),
-                });
+                self.end_round(
+                    &asked,
+                    RoundReport {
+                        planned: 0,
+                        drafted: 0,
+                        judged: 0,
+                        accepted: 0,
+                        elapsed: started.elapsed(),
+                    },
+                );
                 self.session.emit(next);
                 continue;
             };
@@ -187,13 +294,17 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                 RoundEnd::AcceptedEos => verdict.accepted,
                 RoundEnd::Continue => proposal.depth,
             };
-            self.end_round(RoundReport {
-                planned,
-                drafted: proposal.depth,
-                judged,
-                accepted: verdict.accepted,
-                elapsed: started.elapsed() + drafted_before,
-            });
+            self.end_round(
+                &[proposal.arm],
+                RoundReport {
+                    planned: 0,
+                    drafted: proposal.depth,
+                    judged,
+                    accepted: verdict.accepted,
+                    elapsed: started.elapsed() + drafted_before,
+                },
+            );
+            self.learn(proposal.arm, proposal.depth, verdict.accepted);
             self.commit_history(&verdict, &drafts);
             // The round is committed: its tokens are emitted even if early drafting fails.
             let drafted = if self.overlap {
@@ -207,20 +318,29 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         Ok(())
     }
 
-    /// Count a finished round, log it and report it to the schedule (`elapsed`: from the
-    /// round's start to its verdict, emission excluded). A round drafted below the planned
-    /// depth (the token budget, a validation that cannot draft, a proposer with fewer drafts)
-    /// is logged as capped.
-    fn end_round(&mut self, report: RoundReport) {
+    /// Count a finished round, log it and report it to the schedules of `arms` (the drafter,
+    /// or every proposer asked for a plain round), each with the depth it planned
+    /// (`elapsed`: from the round's start to its verdict, emission excluded). A round drafted
+    /// below the planned depth (the token budget, a validation that cannot draft, a proposer
+    /// with fewer drafts) is logged as capped.
+    fn end_round(&mut self, arms: &[usize], mut report: RoundReport) {
         self.stats.record_round(report.drafted, report.accepted);
+        let mut chosen = None;
+        for &i in arms {
+            if let Some(arm) = self.arms.get_mut(i) {
+                report.planned = arm.schedule.depth();
+                chosen.get_or_insert(report.planned);
+                arm.schedule.observe(&report);
+            }
+        }
+        let chosen = chosen.unwrap_or(0);
         self.stats.round_log.push(RoundRecord {
-            chosen: report.planned,
+            chosen,
             drafted: report.drafted,
             accepted: report.accepted,
             secs: report.elapsed.as_secs_f64(),
-            capped: report.drafted < report.planned,
+            capped: report.drafted < chosen,
         });
-        self.schedule.observe(&report);
     }
 
     /// With the evaluation overlap: the next round's greedy drafts, built (and their evaluation
@@ -247,12 +367,8 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         {
             return Ok(None);
         }
-        let depth = self.depth(validation, remaining - emitted);
-        if depth == 0 {
-            return Ok(None);
-        }
         self.session.current = next;
-        self.propose(depth)
+        self.propose_best(validation, remaining - emitted, &mut Vec::new())
     }
 
     /// Append a verdict's accepted drafts and its next token to the history.
@@ -264,10 +380,11 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         }
     }
 
-    /// Ask the proposer for up to `depth` drafts from `current`; `None` when it has none.
+    /// Ask arm `arm`'s proposer for up to `depth` drafts from `current`; `None` when it has
+    /// none.
     /// Sampled rounds get the drafts on the host and a distribution per draft (point masses
     /// for a proposer without distributions).
-    fn propose(&mut self, depth: usize) -> Result<Option<Proposal<B>>, B::Error> {
+    fn propose(&mut self, arm: usize, depth: usize) -> Result<Option<Proposal<B>>, B::Error> {
         let started = Instant::now();
         let s = &mut *self.session;
         let backend = s.backend;
@@ -288,7 +405,10 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             mode,
             overlap: self.overlap,
         };
-        let Some(draft) = self.proposer.propose(&mut round, depth)? else {
+        let Some(proposer) = self.arms.get_mut(arm) else {
+            return Ok(None);
+        };
+        let Some(draft) = proposer.run.propose(&mut round, depth)? else {
             return Ok(None);
         };
         let k = draft.len(backend);
@@ -328,6 +448,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             }
         };
         Ok(Some(Proposal {
+            arm,
             depth: k,
             requested: depth,
             position,

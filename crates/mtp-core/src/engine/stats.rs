@@ -6,6 +6,7 @@ use serde::{Serialize, Serializer};
 
 use crate::options::{DecodeMode, SpeculationOff};
 use crate::proposer::ProposerKind;
+use crate::sampling::TokenLogprobs;
 use crate::schedule::{RoundRecord, ScheduleKind};
 
 fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -33,14 +34,32 @@ pub struct PositionCounts {
     pub accepted: usize,
 }
 
+/// One proposer's share of a generation's rounds (several proposers may be on: each round
+/// drafts with one of them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ProposerCounts {
+    /// The proposer (its stable name in JSON).
+    pub proposer: ProposerKind,
+    /// Rounds it drafted for.
+    pub rounds: usize,
+    /// Draft tokens it proposed.
+    pub drafted: usize,
+    /// Of those, draft tokens accepted.
+    pub accepted: usize,
+}
+
 /// Speculative-decoding statistics of one generation.
 ///
 /// Serialises with the derived figures too (`acceptance`, `mean_draft`, `mean_accepted`,
 /// `per_position_acceptance`) and durations in seconds.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MtpStats {
-    /// What drafted (the proposer's stable name in JSON).
+    /// What drafted (the proposer's stable name in JSON); with several proposers, the first
+    /// one the engine was given (see [`per_proposer`](Self::per_proposer)).
     pub proposer: ProposerKind,
+    /// Each proposer that was on, in the engine's order, with the rounds it drafted for
+    /// (`proposers` in JSON).
+    pub per_proposer: Vec<ProposerCounts>,
     /// The draft schedule used.
     pub schedule: ScheduleKind,
     /// Draft tokens proposed.
@@ -82,8 +101,9 @@ pub struct MtpStats {
 impl Serialize for MtpStats {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut st = s.serialize_struct("MtpStats", 21)?;
+        let mut st = s.serialize_struct("MtpStats", 22)?;
         st.serialize_field("proposer", &self.proposer)?;
+        st.serialize_field("proposers", &self.per_proposer)?;
         st.serialize_field("schedule", &self.schedule)?;
         st.serialize_field("drafted", &self.drafted)?;
         st.serialize_field("accepted", &self.accepted)?;
@@ -227,4 +247,9 @@ pub struct Response {
     /// Whether generation stopped because the model's context was full (`done_reason` is then
     /// `length`, before `num_predict` tokens).
     pub context_full: bool,
+    /// The log-probabilities of [`tokens`](Self::tokens), one entry per token, when the request
+    /// asked for them ([`GenerateRequest::logprobs`](super::GenerateRequest)); empty otherwise.
+    /// Not serialised here: the runner writes them with each token's text.
+    #[serde(skip)]
+    pub logprobs: Vec<TokenLogprobs>,
 }

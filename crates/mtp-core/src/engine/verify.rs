@@ -20,6 +20,31 @@ fn kept_positions(verdict: &Verdict) -> usize {
     }
 }
 
+/// An acceptance rule accepts at most the `k` drafts it was given.
+fn check_accepted(verdict: &Verdict, k: usize) -> Result<(), CoreError> {
+    if verdict.accepted > k {
+        return Err(CoreError::Model(format!(
+            "acceptance rule accepted {} of {k} drafts",
+            verdict.accepted
+        )));
+    }
+    Ok(())
+}
+
+/// The tokens a verdict emits, in order: the accepted drafts (an accepted EOS last, which
+/// emission then drops), then the next token unless an EOS ended the round. Token `j` was
+/// judged by verification row `j`.
+fn emitted<'a>(verdict: &'a Verdict, drafts: &'a [u32]) -> impl Iterator<Item = u32> + 'a {
+    let next = match verdict.end {
+        RoundEnd::Continue => verdict.next,
+        RoundEnd::AcceptedEos => None,
+    };
+    drafts[..verdict.accepted.min(drafts.len())]
+        .iter()
+        .copied()
+        .chain(next)
+}
+
 impl<B: Backend> SpeculativeRun<'_, '_, B> {
     /// One target forward over `[current, drafts]` inside a speculation transaction.
     pub(super) fn verify_batched(
@@ -73,6 +98,16 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
                 };
                 let sampler = &mut s.sampler;
                 let verdict = (self.rules.sampled)(&round, &mut || sampler.uniform())?;
+                check_accepted(&verdict, k)?;
+                if let Some(top) = s.top_logprobs() {
+                    // Token j of the round came from row j's target distribution (the
+                    // correction too: it is reported under p, not the residual it was drawn
+                    // from).
+                    for (j, id) in emitted(&verdict, &drafts).enumerate() {
+                        let lp = target_dists[j].logprobs(id, top);
+                        s.queue_logprobs(lp);
+                    }
+                }
                 let mut committed = drafts
                     .get(..verdict.accepted)
                     .unwrap_or(&drafts[..])
@@ -83,19 +118,19 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
             }
             _ => {
                 let host = proposal.host.as_deref();
-                let (drafts, target_ids) =
-                    self.greedy_choices(&proposal.tokens, host, &logits, before)?;
+                let choices = self.greedy_choices(&proposal.tokens, host, &logits, before)?;
+                let (drafts, target_ids) = (choices.drafts, choices.targets);
                 let verdict = (self.rules.greedy)(&drafts, &target_ids, self.session.eos)?;
+                check_accepted(&verdict, k)?;
+                if let Some(top) = self.session.top_logprobs() {
+                    // Before commit_greedy: row j's penalty context is the history and
+                    // drafts[..j].
+                    let tokens: Vec<u32> = emitted(&verdict, &drafts).collect();
+                    self.queue_greedy_logprobs(top, &logits, choices.rows, &drafts, &tokens)?;
+                }
                 (verdict, drafts, target_ids)
             }
         };
-        if verdict.accepted > k {
-            return Err(CoreError::Model(format!(
-                "acceptance rule accepted {} of {k} drafts",
-                verdict.accepted
-            ))
-            .into());
-        }
         let keep = kept_positions(&verdict);
         if keep == 0 {
             return Err(

@@ -8,7 +8,9 @@
 //! * [`MtpChain`] — an MTP head ("assistant") chained over single-position steps, the engine's
 //!   original drafter;
 //! * [`NgramProposer`] — prompt lookup: the continuation of the longest earlier occurrence of
-//!   the history's suffix, no model at all.
+//!   the history's suffix, no model at all;
+//! * [`DraftModel`] — a small causal LM with the target's vocabulary, drafting from its own
+//!   caches (classic draft-target speculative decoding).
 //!
 //! A draft without distributions is a point mass `q = δ(d)`: sampled verification accepts `d`
 //! with probability `p(d)` and, on rejection, samples from `p` with `d` removed and
@@ -20,9 +22,11 @@
 //! [`ProposerRun`] from [`Proposer::start`], which holds whatever the proposer keeps between
 //! rounds (an n-gram index, a draft model's caches).
 
+mod draft_model;
 mod mtp_chain;
 mod ngram;
 
+pub use draft_model::DraftModel;
 pub use mtp_chain::MtpChain;
 pub use ngram::{
     NgramOptions, NgramProposer, DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, NGRAM_MAX_LIMIT,

@@ -13,9 +13,14 @@
 //! [`Sampler::commit`] appends what was accepted. Draft and target distributions go through the
 //! same pipeline, which is what lets the acceptance rule in [`crate::acceptance`] preserve the
 //! target distribution exactly.
+//!
+//! [`TokenLogprobs`] are the log-probabilities reported for emitted tokens, from the same
+//! distributions (see [`logprobs`] for which: the sampler's transformed distribution, or the
+//! penalised logits' `log_softmax` at temperature 0).
 
 mod distribution;
 mod host_rows;
+pub mod logprobs;
 mod options;
 mod pipeline;
 mod sampler;
@@ -23,6 +28,7 @@ mod select;
 
 pub use distribution::Distribution;
 pub(crate) use host_rows::HostRows;
+pub use logprobs::{TokenLogprobs, TopLogprob, MAX_TOP_LOGPROBS};
 pub use options::SamplerOptions;
 pub use pipeline::LogitRow;
 pub use sampler::Sampler;

@@ -15,6 +15,7 @@
 
 use std::cmp::Ordering;
 
+use super::logprobs::{self, TokenLogprobs};
 use super::{best_k, Distribution, SamplerOptions};
 use crate::CoreError;
 
@@ -162,6 +163,39 @@ pub(crate) fn distribution(
     survivors.sort_unstable_by_key(|&(id, _)| id);
     let (ids, weights) = survivors.into_iter().unzip();
     Distribution::from_sparse(vocab, ids, weights)
+}
+
+/// The log-probabilities reported at temperature 0 for `id` chosen from the dense logits `row`
+/// with `context` as the penalty context (already the window, inside the vocabulary):
+/// `log_softmax` of the penalised logits, and the `top` best of them (see
+/// [`logprobs`](super::logprobs)).
+pub(crate) fn greedy_logprobs(
+    row: &[f32],
+    context: &[u32],
+    options: &SamplerOptions,
+    id: u32,
+    top: usize,
+) -> Result<TokenLogprobs, CoreError> {
+    let logits = LogitRow::Dense(row);
+    check_logits(&logits)?;
+    check_id(id, row.len())?;
+    let penalised = Penalised::new(logits, context, options);
+    let max = penalised
+        .candidates()
+        .map(|c| c.value)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let sum = penalised
+        .candidates()
+        .fold(0.0, |acc, c| acc + (c.value - max).exp());
+    let lse = max + sum.ln();
+    let id_score = penalised.value(id, row[id as usize]);
+    Ok(logprobs::from_scores(
+        penalised.candidates().map(|c| (c.id, c.value)),
+        lse,
+        id_score,
+        id,
+        top,
+    ))
 }
 
 /// Checks that `id` is inside a vocabulary of `vocab` tokens.

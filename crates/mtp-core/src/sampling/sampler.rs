@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{pipeline, Distribution, LogitRow, SamplerOptions};
+use super::{pipeline, Distribution, LogitRow, SamplerOptions, TokenLogprobs};
 use crate::CoreError;
 
 /// A sampler for one decode: options, the penalty history and a seeded random stream.
@@ -68,7 +68,32 @@ impl Sampler {
         row: LogitRow<'_>,
         prefix: &[u32],
     ) -> Result<Distribution, CoreError> {
-        let vocab = row.vocab();
+        let context = self.context(prefix, row.vocab())?;
+        pipeline::distribution(row, &context, &self.options)
+    }
+
+    /// The log-probabilities reported at temperature 0 for `id` chosen from the dense logits
+    /// `logits` after the history and `prefix` (the penalty context of
+    /// [`distribution`](Self::distribution)): `log_softmax` of the penalised logits and the
+    /// `top` best tokens by it (see [`logprobs`](super::logprobs)). At temperature > 0 the
+    /// reported values come from the distribution itself ([`Distribution::logprobs`]).
+    /// Never mutates the sampler.
+    ///
+    /// Errors as [`distribution`](Self::distribution) does, and when `id` is outside the row.
+    pub fn greedy_logprobs(
+        &self,
+        logits: &[f32],
+        prefix: &[u32],
+        id: u32,
+        top: usize,
+    ) -> Result<TokenLogprobs, CoreError> {
+        let context = self.context(prefix, logits.len())?;
+        pipeline::greedy_logprobs(logits, &context, &self.options, id, top)
+    }
+
+    /// The penalty context of a row after the history and `prefix`: the last `repeat_last_n`
+    /// tokens of both, every id checked against `vocab`.
+    fn context(&self, prefix: &[u32], vocab: usize) -> Result<Vec<u32>, CoreError> {
         for &id in prefix {
             pipeline::check_id(id, vocab)?;
         }
@@ -84,7 +109,7 @@ impl Sampler {
         for &id in &context {
             pipeline::check_id(id, vocab)?;
         }
-        pipeline::distribution(row, &context, &self.options)
+        Ok(context)
     }
 
     /// The target distributions of one verification batch: row `i` sees `drafts[..i]` as its
@@ -219,6 +244,39 @@ mod tests {
             .verification_distributions(&rows[..2], &[1, 2, 3])
             .is_err());
         assert!(s.verification_distributions(&rows, &[1]).is_err());
+    }
+
+    #[test]
+    fn greedy_logprobs_are_the_penalised_log_softmax() {
+        let opts = SamplerOptions {
+            repeat_penalty: 2.0,
+            repeat_last_n: 8,
+            ..Default::default()
+        };
+        let s = Sampler::new(opts, &[0]).unwrap();
+        let logits = [4.0f32, 3.0, 2.5, 1.0];
+        let lse = |v: [f64; 4]| v.iter().map(|x| x.exp()).sum::<f64>().ln();
+        // History {0} halves logit 0: [2, 3, 2.5, 1].
+        let lp = s.greedy_logprobs(&logits, &[], 1, 2).unwrap();
+        let z = lse([2.0, 3.0, 2.5, 1.0]);
+        assert!((f64::from(lp.logprob) - (3.0 - z)).abs() < 1e-6);
+        assert_eq!(lp.top.iter().map(|t| t.id).collect::<Vec<_>>(), vec![1, 2]);
+        assert!((f64::from(lp.top[1].logprob) - (2.5 - z)).abs() < 1e-6);
+        // A prefix [1] penalises 1 too: [2, 1.5, 2.5, 1]; any id may be asked about.
+        let lp = s.greedy_logprobs(&logits, &[1], 3, 4).unwrap();
+        let z = lse([2.0, 1.5, 2.5, 1.0]);
+        assert!((f64::from(lp.logprob) - (1.0 - z)).abs() < 1e-6);
+        assert_eq!(
+            lp.top.iter().map(|t| t.id).collect::<Vec<_>>(),
+            vec![2, 0, 1, 3]
+        );
+        // -inf logits are never alternatives; bad rows and ids are errors.
+        let masked = [0.0f32, f32::NEG_INFINITY, 1.0];
+        let lp = s.greedy_logprobs(&masked, &[], 2, 3).unwrap();
+        assert_eq!(lp.top.len(), 2);
+        assert!(s.greedy_logprobs(&logits, &[], 4, 1).is_err());
+        assert!(s.greedy_logprobs(&[f32::NAN; 4], &[], 0, 1).is_err());
+        assert_eq!(s.history(), vec![0]);
     }
 
     #[test]

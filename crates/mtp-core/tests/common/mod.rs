@@ -11,8 +11,10 @@ use mtp_core::engine::{CancelToken, DiscardSink, Engine, EnvLookup, GenerateRequ
 use mtp_core::model::{MtpDrafter, TargetModel};
 use mtp_core::options::{DraftOverrides, ValidationMode};
 use mtp_core::reference::ReferenceBackend;
+use mtp_core::sampling::Sampler;
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::testing::{ScriptedDrafter, TinyConfig, TinyTarget};
+use mtp_core::Backend;
 
 pub type B = ReferenceBackend;
 
@@ -89,4 +91,36 @@ pub fn draft(schedule: ScheduleKind, validation: ValidationMode, depth: usize) -
         validation: Some(validation),
         enabled: None,
     }
+}
+
+/// The exact joint distribution `p(t1) · p(t2 | t1)` of the first two tokens `probe` samples
+/// (its sampler's processing, penalties included), indexed `t1 * vocab + t2`: what the
+/// engine χ² tests compare sampled speculation against.
+pub fn exact_first_two(t: &TinyTarget<B>, probe: &GenerateRequest) -> Vec<f64> {
+    let b = B::default();
+    let vocab = t.config().vocab;
+    let sampler = Sampler::new(probe.sampling.clone(), &probe.prompt).expect("sampler");
+    let next = |tokens: &[u32]| {
+        let mut caches = t.new_caches(&b).expect("caches");
+        let ids = b.from_u32(tokens, &[1, tokens.len()]).expect("ids");
+        let out = t.forward(&b, &ids, 0, &mut caches).expect("forward");
+        let last = b.slice(&out.hidden, 1, tokens.len() - 1, 1).expect("slice");
+        let row = b
+            .to_vec_f32(&t.unembed(&b, &last).expect("unembed"))
+            .expect("row");
+        sampler
+            .distribution(&row, &tokens[probe.prompt.len()..])
+            .expect("distribution")
+    };
+    let first = next(&probe.prompt);
+    let mut expected = vec![0.0; vocab * vocab];
+    for t1 in 0..vocab as u32 {
+        let mut seq = probe.prompt.clone();
+        seq.push(t1);
+        let second = next(&seq);
+        for t2 in 0..vocab as u32 {
+            expected[t1 as usize * vocab + t2 as usize] = first.prob(t1) * second.prob(t2);
+        }
+    }
+    expected
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mtp_core::options::{DraftOverrides, ValidationMode, MAX_DRAFT_TOKENS_LIMIT};
 use mtp_core::quant::QuantScheme;
-use mtp_core::sampling::SamplerOptions;
+use mtp_core::sampling::{SamplerOptions, MAX_TOP_LOGPROBS};
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::DType;
 use runner::defaults::{default_pair, DefaultModelError};
@@ -425,4 +425,21 @@ pub struct OutputArgs {
     /// counts, durations, MTP statistics) instead of streaming text.
     #[arg(long)]
     pub json: bool,
+    /// With --json: each generated token's log-probability and its N most likely alternatives
+    /// (0 to 20) in `logprobs`, read from the target's own rows with speculation on. At
+    /// temperature > 0 they are the sampler's distribution (penalties, top-k, temperature,
+    /// top-p, min-p); at temperature 0 the log-softmax of the penalised logits [default: none].
+    #[arg(long, value_name = "N", requires = "json", value_parser = top_logprobs)]
+    pub logprobs: Option<usize>,
+}
+
+/// A number of log-probability alternatives: 0 to [`MAX_TOP_LOGPROBS`].
+fn top_logprobs(s: &str) -> Result<usize, String> {
+    let n = whole::<usize>(s)?;
+    if n > MAX_TOP_LOGPROBS {
+        return Err(format!(
+            "at most {MAX_TOP_LOGPROBS} alternatives per token, got {n}"
+        ));
+    }
+    Ok(n)
 }

@@ -34,6 +34,7 @@ const GENERATE_OPTIONS: &[&str] = &[
     "--backend",
     "--device",
     "--dtype",
+    "--logprobs",
 ];
 
 /// The value options only `mtp bench` has.
@@ -133,6 +134,10 @@ fn fuzz_command(command: &str, options: &'static [&'static str]) {
         }
         if command == "generate" {
             argv.push("a prompt".into());
+        }
+        if option == "--logprobs" {
+            // It requires --json.
+            argv.push("--json".into());
         }
         if parse_and_resolve(&argv) {
             parsed.set(parsed.get() + 1);

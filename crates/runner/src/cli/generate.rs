@@ -12,6 +12,7 @@ use mtp_core::options::LogprobsRequest;
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::Backend;
 use runner::loading::LoadOptions;
+use runner::logprobs::TokenLogprob;
 use runner::proposers::ProposerChoice;
 use runner::sampling_defaults::sampling_defaults;
 use runner::tokenizer::{ChatMessage, ChatOptions};
@@ -51,7 +52,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
         sampling,
     };
     with_backend!(backend, |b| {
-        let options = prepare_load(&b, &args.model, &paths, context)?;
+        let options = prepare_load(&b, &args.model, &paths, proposers.model.as_deref(), context)?;
         run_on(b, &run, &options)
     })
 }
@@ -98,10 +99,7 @@ fn model_paths(args: &GenerateArgs) -> anyhow::Result<(ModelPaths, ProposerChoic
     let mut paths = args.model.paths()?;
     super::model_check::check_paths(&paths)?;
     let choice = if args.draft.no_draft {
-        ProposerChoice {
-            mtp: None,
-            ngram: None,
-        }
+        ProposerChoice::none()
     } else {
         args.proposers.choice(paths.drafter.as_deref())?
     };
@@ -119,8 +117,9 @@ fn run_on<B: Backend>(
 ) -> anyhow::Result<ExitCode> {
     let args = inputs.args;
     let backend_name = backend.name();
-    let pipeline =
-        load_pipeline(backend, inputs.paths, options)?.with_ngram(inputs.proposers.ngram);
+    let pipeline = load_pipeline(backend, inputs.paths, options)?
+        .with_draft_model(inputs.proposers.model.as_deref(), options)?
+        .with_ngram(inputs.proposers.ngram);
 
     let prompt_ids = if args.length.chat {
         let mut messages = Vec::new();
@@ -143,7 +142,10 @@ fn run_on<B: Backend>(
         num_predict: args.length.num_predict,
         eos: eos_ids(args, pipeline.tokenizer().eos_ids()),
         draft: args.draft.overrides(),
-        logprobs: LogprobsRequest::None,
+        logprobs: match args.output.logprobs {
+            Some(top) => LogprobsRequest::Top(top),
+            None => LogprobsRequest::None,
+        },
     };
     let mode = pipeline
         .engine()
@@ -173,7 +175,16 @@ fn run_on<B: Backend>(
         &cancel,
     )?;
     if json {
-        print_json(&generation, &prompt_ids, &run).context("cannot write the JSON")?;
+        let logprobs = args.output.logprobs.map(|_| {
+            let tokenizer = pipeline.tokenizer();
+            let entries = &generation.response.logprobs;
+            entries
+                .iter()
+                .map(|lp| TokenLogprob::from_engine(lp, tokenizer))
+                .collect::<Vec<_>>()
+        });
+        print_json(&generation, &prompt_ids, &run, logprobs.as_deref())
+            .context("cannot write the JSON")?;
     } else {
         stream.finish().context("cannot write the text")?;
     }

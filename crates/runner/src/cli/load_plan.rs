@@ -1,6 +1,8 @@
 //! What `generate` and `bench` settle before loading: the compute dtype (`--dtype auto`) and
 //! whether the models fit in memory at the context the run needs.
 
+use std::path::Path;
+
 use anyhow::bail;
 use mtp_core::{Backend, DType};
 use runner::loading::gguf::is_gguf_path;
@@ -13,11 +15,13 @@ const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// The load options for `paths` on `backend`: `--dtype` (auto: the backend's best for the
 /// checkpoint), after printing the memory the weights and a KV cache of `context` positions
-/// need, and refusing when that exceeds the available memory (unless `--ignore-memory-limit`).
+/// need (with a draft model's weights and KV cache when `draft_model` drafts), and refusing
+/// when that exceeds the available memory (unless `--ignore-memory-limit`).
 pub fn prepare_load<B: Backend>(
     backend: &B,
     args: &ModelArgs,
     paths: &ModelPaths,
+    draft_model: Option<&Path>,
     context: usize,
 ) -> anyhow::Result<LoadOptions> {
     // An unreadable directory is reported by the load itself, with its context: `auto` then
@@ -36,7 +40,7 @@ pub fn prepare_load<B: Backend>(
         None => auto_dtype(backend, &paths.target)
             .unwrap_or_else(|_| backend.preferred_dtype(DType::F32)),
     };
-    let Ok(estimate) = estimate_memory(
+    let Ok(mut estimate) = estimate_memory(
         &paths.target,
         paths.drafter.as_deref(),
         &options(dtype),
@@ -45,6 +49,13 @@ pub fn prepare_load<B: Backend>(
         // The load itself reports what is wrong with the directory, with its context.
         return Ok(options(dtype));
     };
+    // A draft model holds its own weights and its own KV cache at the same context.
+    if let Some(Ok(draft)) =
+        draft_model.map(|dir| estimate_memory(dir, None, &options(dtype), context))
+    {
+        estimate.weights = estimate.weights.saturating_add(draft.weights);
+        estimate.kv_cache = estimate.kv_cache.saturating_add(draft.kv_cache);
+    }
     let needed = estimate.total();
     let available = available_memory();
     let shown = available.map_or(String::new(), |a| {

@@ -5,6 +5,7 @@ use std::io::Write;
 
 use mtp_core::engine::{MtpStats, Response, SinkFlow};
 use mtp_core::sampling::SamplerOptions;
+use runner::logprobs::TokenLogprob;
 use runner::Generation;
 use serde::Serialize;
 
@@ -78,13 +79,18 @@ pub struct JsonReport<'a> {
     pub prompt_tokens_per_second: Option<f64>,
     /// Generated tokens per second after the first token (`null` when too short to time).
     pub tokens_per_second: Option<f64>,
+    /// Each generated token's log-probability and alternatives (with `--logprobs N` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<&'a [TokenLogprob]>,
 }
 
-/// Print the `--json` object on stdout.
+/// Print the `--json` object on stdout (`logprobs`: the tokens' log-probabilities, when asked
+/// for).
 pub fn print_json(
     generation: &Generation,
     prompt: &[u32],
     run: &RunInfo<'_>,
+    logprobs: Option<&[TokenLogprob]>,
 ) -> std::io::Result<()> {
     let r = &generation.response;
     let report = JsonReport {
@@ -95,6 +101,7 @@ pub fn print_json(
         response: r,
         prompt_tokens_per_second: rate(r.prompt_eval_count, r.prompt_eval_duration.as_secs_f64()),
         tokens_per_second: rate(r.eval_count, r.eval_duration.as_secs_f64()),
+        logprobs,
     };
     let text = serde_json::to_string(&report)?;
     super::console::out(&(text + "\n"))
@@ -214,6 +221,27 @@ fn mtp_summary(m: &MtpStats) -> String {
             "mtp: per-position acceptance {}\n",
             positions.join("  ")
         ));
+    }
+    if m.per_proposer.len() > 1 {
+        let shares: Vec<String> = m
+            .per_proposer
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {} rounds, accepted {}/{} ({})",
+                    p.proposer,
+                    p.rounds,
+                    p.accepted,
+                    p.drafted,
+                    percent(if p.drafted == 0 {
+                        0.0
+                    } else {
+                        p.accepted as f64 / p.drafted as f64
+                    })
+                )
+            })
+            .collect();
+        s.push_str(&format!("mtp: proposers: {}\n", shares.join("; ")));
     }
     if m.compared > 0 {
         s.push_str(&format!(

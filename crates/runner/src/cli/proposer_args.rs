@@ -34,10 +34,12 @@ impl From<DraftKindChoice> for ProposerKind {
 #[command(next_help_heading = "Proposers")]
 pub struct ProposerArgs {
     /// What drafts: `mtp` (the assistant in --draft DIR), `model` (a draft model in --draft
-    /// DIR) or `ngram` (prompt lookup, needs no directory) [default: detected from --draft's
-    /// config.json model_type].
-    #[arg(long, value_enum, value_name = "KIND")]
-    pub draft_kind: Option<DraftKindChoice>,
+    /// DIR) or `ngram` (prompt lookup, needs no directory); several, comma-separated (e.g.
+    /// `mtp,ngram`), draft side by side: each round drafts with the one whose running expected
+    /// accepted length is highest, with statistics per proposer [default: detected from
+    /// --draft's config.json model_type].
+    #[arg(long, value_enum, value_name = "KIND", value_delimiter = ',')]
+    pub draft_kind: Vec<DraftKindChoice>,
     /// Prompt lookup: the shortest suffix of the text matched against earlier text.
     #[arg(long, default_value_t = DEFAULT_NGRAM_MIN, value_name = "N")]
     pub ngram_min: usize,
@@ -51,7 +53,12 @@ impl ProposerArgs {
     pub fn choice(&self, draft_dir: Option<&Path>) -> anyhow::Result<ProposerChoice> {
         let ngram = NgramOptions::new(self.ngram_min, self.ngram_max)
             .context("invalid prompt-lookup option")?;
-        let kinds: Vec<ProposerKind> = self.draft_kind.into_iter().map(Into::into).collect();
+        let mut kinds: Vec<ProposerKind> = Vec::new();
+        for kind in self.draft_kind.iter().copied().map(ProposerKind::from) {
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
         Ok(ProposerChoice::resolve(&kinds, draft_dir, ngram)?)
     }
 }

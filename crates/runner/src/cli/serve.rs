@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use mtp_core::engine::PrefixReuse;
+use runner::proposers::ProposerChoice;
 use runner::server::{self, AppState, ServerConfig, WorkerEngine, WorkerOptions};
 
 use super::args::{DraftArgs, ModelArgs};
@@ -90,14 +91,13 @@ pub struct ServerArgs {
 /// Run `mtp serve`.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut paths = args.model.paths()?;
-    let ngram = if args.draft.no_draft {
-        paths.drafter = None;
-        None
+    let choice = if args.draft.no_draft {
+        ProposerChoice::none()
     } else {
-        let choice = args.proposers.choice(paths.drafter.as_deref())?;
-        paths.drafter = choice.mtp.clone();
-        choice.ngram
+        args.proposers.choice(paths.drafter.as_deref())?
     };
+    paths.drafter = choice.mtp.clone();
+    let (ngram, draft_model) = (choice.ngram, choice.model.clone());
     let name = match &args.server.name {
         Some(name) => name.clone(),
         None => model_name(&paths.target),
@@ -130,10 +130,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             // The memory check counts the KV cache at the model's whole context (the estimate
             // clamps to it): any request may use all of it.
             Ok(backend) => with_backend!(backend, |b| {
-                match prepare_load(&b, &backend_args, &load_paths, usize::MAX) {
+                match prepare_load(
+                    &b,
+                    &backend_args,
+                    &load_paths,
+                    draft_model.as_deref(),
+                    usize::MAX,
+                ) {
                     Err(e) => seat.fail(e.into()),
                     Ok(options) => seat.run(
                         load_pipeline(b, &load_paths, &options)
+                            .and_then(|p| p.with_draft_model(draft_model.as_deref(), &options))
                             .map(|p| p.with_ngram(ngram))
                             .map_err(Into::into),
                     ),

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use mtp_core::engine::{CancelToken, GenerateRequest, MtpStats, Response};
 use tokio::sync::mpsc;
 
-pub use super::logprobs::TokenLogprob;
+pub use crate::logprobs::TokenLogprob;
 use crate::tokenizer::{ChatTemplate, Tokenizer};
 
 /// What the server says about the loaded model pair.
@@ -35,7 +35,8 @@ pub struct ModelInfo {
 /// One generation for the worker.
 #[derive(Debug, Clone)]
 pub struct GenerationJob {
-    /// The engine request (prompt ids, sampling, budget, EOS, draft overrides).
+    /// The engine request (prompt ids, sampling, budget, EOS, draft overrides, whether and how
+    /// many log-probabilities).
     pub request: GenerateRequest,
     /// Stop strings; the text stops before the first one.
     pub stop: Vec<String>,
@@ -45,8 +46,13 @@ pub struct GenerationJob {
     pub shutdown: CancelToken,
     /// The request fails with [`FinishReason::Timeout`] past this instant (queue wait included).
     pub deadline: Option<Instant>,
-    /// Log-probabilities of each emitted token with this many alternatives (`None`: not asked).
-    pub logprobs: Option<usize>,
+}
+
+impl GenerationJob {
+    /// Whether the tokens' log-probabilities are asked for (`request.logprobs`).
+    pub fn with_logprobs(&self) -> bool {
+        self.request.logprobs.top().is_some()
+    }
 }
 
 /// What a request receives, in order: text pieces, then one `Finished` or `Failed`.

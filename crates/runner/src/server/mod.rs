@@ -12,13 +12,16 @@
 //!   past `--request-timeout` ends with `timeout`; on SIGTERM/Ctrl-C the server stops accepting,
 //!   lets in-flight requests finish (cancelling them after the grace period, each still ending
 //!   with its final chunk) and returns.
+//! * Log-probabilities (OpenAI `logprobs`/`top_logprobs`, ollama `logprobs`/`top_logprobs`)
+//!   come from the engine with speculation on: read from the target's own rows (the plain
+//!   step's, or the verification forward's), under the request's sampling transform
+//!   ([`crate::logprobs`]), no extra forward.
 //! * Errors come in each API's own shape; bodies are size-limited; options are validated as
 //!   `mtp generate` validates them; `GET /metrics` serves Prometheus text.
 
 mod body;
 mod engine;
 mod error;
-mod logprobs;
 mod metrics;
 mod ollama;
 mod ollama_types;
@@ -44,7 +47,6 @@ pub use engine::{
     SubmitError, TokenLogprob,
 };
 pub use error::{Api, ApiError};
-pub use logprobs::{log_softmax, Scorer};
 pub use request::{AppState, ServerConfig};
 pub use stop::{Released, StopMatcher};
 pub use worker::{StartError, WorkerEngine, WorkerOptions, WorkerSeat};

@@ -298,7 +298,7 @@ where
     F: Fn(String, Option<&[TokenLogprob]>, Done<'_>) -> T + Send + 'static,
 {
     let cancel = job.cancel.clone();
-    let with_logprobs = job.logprobs.is_some();
+    let with_logprobs = job.with_logprobs();
     let receiver = state
         .engine
         .submit(job)

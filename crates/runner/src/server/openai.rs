@@ -246,7 +246,7 @@ pub async fn chat_completions(
     }
     let prompt = state.chat_prompt(API, &messages, &ChatOptions::default())?;
     let job = job(&state, c, prompt, Endpoint::Chat)?;
-    let with_logprobs = job.logprobs.is_some();
+    let with_logprobs = job.with_logprobs();
     let name = state.engine.model().name.clone();
     let id = request_id("chatcmpl");
     let created = unix_now();
@@ -366,7 +366,7 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
     };
     let prompt = state.raw_prompt(API, prompt)?;
     let job = job(&state, c, prompt, Endpoint::Completions)?;
-    let with_logprobs = job.logprobs.is_some();
+    let with_logprobs = job.with_logprobs();
     let name = state.engine.model().name.clone();
     let id = request_id("cmpl");
     let created = unix_now();

@@ -180,13 +180,15 @@ impl AppState {
                 num_predict,
                 eos: self.engine.tokenizer().eos_ids().to_vec(),
                 draft: self.config.draft.clone(),
-                logprobs: LogprobsRequest::None,
+                logprobs: match logprobs {
+                    Some(top) => LogprobsRequest::Top(top),
+                    None => LogprobsRequest::None,
+                },
             },
             stop,
             cancel: CancelToken::new(),
             shutdown: self.shutdown.clone(),
             deadline: deadline(self.config.request_timeout),
-            logprobs,
         })
     }
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
-use mtp_core::engine::{DoneReason, PrefixCache, PrefixReuse, SinkFlow};
+use mtp_core::engine::{DoneReason, PrefixCache, PrefixReuse, ScoredSink, SinkFlow};
+use mtp_core::sampling::TokenLogprobs;
 use mtp_core::Backend;
 use tokio::sync::mpsc;
 
@@ -14,9 +15,9 @@ use super::engine::{
     EngineHandle, EventReceiver, FinishReason, Finished, GenerationEvent, GenerationJob, ModelInfo,
     SubmitError,
 };
-use super::logprobs::Scorer;
 use super::metrics;
 use super::stop::StopMatcher;
+use crate::logprobs::TokenLogprob;
 use crate::tokenizer::{ChatTemplate, Tokenizer};
 use crate::{ModelPaths, Pipeline};
 
@@ -263,21 +264,9 @@ fn run_job<B: Backend>(
     let engine = pipeline
         .engine()
         .with_env(Arc::new(move |k: &str| env.get(k).cloned()));
-    let mut scorer = match job.logprobs {
-        None => None,
-        Some(top) => match Scorer::new(
-            pipeline.backend(),
-            pipeline.target(),
-            pipeline.tokenizer(),
-            &job.request.prompt,
-            top,
-        ) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                return GenerationEvent::Failed(format!("cannot score log-probabilities: {e}"))
-            }
-        },
-    };
+    let tokenizer = pipeline.tokenizer();
+    // The engine's log-probabilities of each token (when the request asks for them), read from
+    // the rows it computes anyway, with the tokens' text.
     let mut scored = Vec::new();
     let mut detok = pipeline.tokenizer().detokenizer();
     let mut stop = StopMatcher::new(&job.stop);
@@ -287,19 +276,13 @@ fn run_job<B: Backend>(
     let first_token = Instant::now();
     let mut first_seen = false;
     let result = {
-        let mut sink = |id: u32| {
+        let mut sink = ScoredSink(|id: u32, logprobs: Option<&TokenLogprobs>| {
             if !first_seen {
                 first_seen = true;
                 metrics::time_to_first_token(queued_for + first_token.elapsed());
             }
-            if let Some(scorer) = scorer.as_mut() {
-                match scorer.score(id) {
-                    Ok(lp) => scored.push(lp),
-                    Err(e) => {
-                        failure = Some(format!("cannot score log-probabilities: {e}"));
-                        return SinkFlow::Stop;
-                    }
-                }
+            if let Some(lp) = logprobs {
+                scored.push(TokenLogprob::from_engine(lp, tokenizer));
             }
             match detok.push(id) {
                 Ok(Some(piece)) => {
@@ -331,7 +314,7 @@ fn run_job<B: Backend>(
                 return SinkFlow::Stop;
             }
             SinkFlow::Continue
-        };
+        });
         engine.generate_reusing(held, &job.request, &mut sink, &job.cancel)
     };
     let response = match result {

@@ -1,7 +1,6 @@
 //! The interleaved runs: every pass runs every variant over the prompt set (the order rotated
 //! per pass), with the models wrapped in timing decorators.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -9,11 +8,10 @@ use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest, Respon
 use mtp_core::options::{DecodeMode, LogprobsRequest};
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::Backend;
-use runner::Pipeline;
 
 use super::plan::{EosPolicy, Pass, Plan};
 use super::rounds::RoundLog;
-use super::timed::{ClockReading, ModelClock, TimedDrafter, TimedTarget};
+use super::timed::{ClockReading, ModelClock};
 use super::variant::{Decode, Variant};
 
 /// Totals of one variant over the prompt set in one measured pass.
@@ -138,18 +136,6 @@ impl<'a> Workload<'a> {
             logprobs: LogprobsRequest::None,
         }
     }
-}
-
-/// The engine over `pipeline`'s models wrapped in timing decorators on `clock`, reading no
-/// `MTP_*` environment settings (each variant sets what it needs).
-pub fn timed_engine<'a, B: Backend>(
-    pipeline: &'a Pipeline<B>,
-    drafter: &'a TimedDrafter<'a, B>,
-    target: &'a TimedTarget<'a, B>,
-) -> Engine<'a, B> {
-    Engine::new(pipeline.backend(), target)
-        .with_drafter(drafter)
-        .with_env(Arc::new(|_| None))
 }
 
 /// The deepest draft any variant of the plan can use (from its resolved options).

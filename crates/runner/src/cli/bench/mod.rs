@@ -21,18 +21,19 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use mtp_core::engine::Engine;
-use mtp_core::model::MtpDrafter;
-use mtp_core::proposer::NgramOptions;
+use mtp_core::model::{MtpDrafter, TargetModel};
+use mtp_core::proposer::DraftModel;
 use mtp_core::Backend;
 use runner::loading::{LoadOptions, StoredQuant};
+use runner::proposers::ProposerChoice;
 use runner::{ModelPaths, Pipeline, PromptFormat};
 
 use self::args::BenchArgs;
 use self::cost::CostModels;
-use self::measure::{deepest_draft, run_passes, timed_engine, Workload};
+use self::measure::{deepest_draft, run_passes, Workload};
 use self::plan::Plan;
 use self::report::{Context, ControllerReport, Report, Setup};
-use self::timed::{ModelClock, TimedDrafter, TimedTarget};
+use self::timed::{ModelClock, TimedDraftModel, TimedDrafter, TimedTarget};
 use super::backend::{with_backend, AnyBackend};
 use super::console;
 use super::load_plan::prepare_load;
@@ -53,22 +54,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     super::model_check::check_paths(&paths)?;
     check_writable(&args.plan.json)?;
-    if proposers.mtp.is_some() && proposers.ngram.is_some() {
-        bail!("mtp bench measures one proposer per run: pass one --draft-kind");
-    }
     paths.drafter = proposers.mtp.clone();
     let backend = AnyBackend::open(&args.model)?;
-    let ngram = proposers.ngram;
     let report = with_backend!(backend, |b| {
         // Prompts are short; the context is dominated by what the bench generates.
         let context = plan.num_predict.saturating_add(4096);
-        let options = prepare_load(&b, &args.model, &paths, context)?;
+        let options = prepare_load(&b, &args.model, &paths, proposers.model.as_deref(), context)?;
         let dtype = match (options.quantize, options.stored_quant) {
             (Some(scheme), _) => format!("{} (--quantize {scheme})", options.dtype),
             (None, StoredQuant::Dequantize) => format!("{} (--dequantize)", options.dtype),
             (None, StoredQuant::Keep) => options.dtype.to_string(),
         };
-        run_on(b, &plan, &paths, ngram, &options, dtype)
+        run_on(b, &plan, &paths, &proposers, &options, dtype)
     })?;
     console::out(&table::render(&report))?;
     let json = serde_json::to_string_pretty(&report).context("cannot serialise the report")?;
@@ -86,11 +83,13 @@ fn run_on<B: Backend>(
     backend: B,
     plan: &Plan,
     paths: &ModelPaths,
-    ngram: Option<NgramOptions>,
+    proposers: &ProposerChoice,
     options: &LoadOptions,
     dtype: String,
 ) -> anyhow::Result<Report> {
-    let pipeline = load_pipeline(backend, paths, options)?.with_ngram(ngram);
+    let pipeline = load_pipeline(backend, paths, options)?
+        .with_draft_model(proposers.model.as_deref(), options)?
+        .with_ngram(proposers.ngram);
     let prompt_ids = plan
         .prompts
         .iter()
@@ -106,14 +105,30 @@ fn run_on<B: Backend>(
     let clock = ModelClock::new(plan.model_clock);
     let timed_target = TimedTarget::new(pipeline.target(), &clock);
     let timed_drafter = pipeline.drafter().map(|d| TimedDrafter::new(d, &clock));
-    // Prompt lookup runs on the host: its time is round time outside model calls.
-    let engine = match (&timed_drafter, pipeline.ngram()) {
-        (Some(drafter), _) => timed_engine(&pipeline, drafter, &timed_target),
-        (None, Some(ngram)) => Engine::new(pipeline.backend(), &timed_target)
-            .with_proposer(ngram)
-            .with_env(Arc::new(|_| None)),
-        (None, None) => bail!("no proposer was loaded"),
-    };
+    let timed_draft_model = pipeline
+        .draft_model()
+        .map(|m| {
+            DraftModel::new(
+                TimedDraftModel::new(m, &clock),
+                pipeline.target().vocab_size(),
+            )
+        })
+        .transpose()?;
+    // The same proposers in the same order as Pipeline::engine, timed; prompt lookup runs on
+    // the host: its time is round time outside model calls.
+    let mut engine = Engine::new(pipeline.backend(), &timed_target).with_env(Arc::new(|_| None));
+    if let Some(drafter) = &timed_drafter {
+        engine = engine.also_drafter(drafter);
+    }
+    if let Some(model) = &timed_draft_model {
+        engine = engine.also_proposer(model);
+    }
+    if let Some(ngram) = pipeline.ngram() {
+        engine = engine.also_proposer(ngram);
+    }
+    if !proposers.is_speculative() {
+        bail!("no proposer was loaded");
+    }
     let max_width = plan.max_width.max(deepest_draft(&engine, &work)? + 1);
     let context_ids = cost_context(&pipeline, &prompt_ids, plan.num_predict, max_width)?;
     tracing::info!(
@@ -133,11 +148,7 @@ fn run_on<B: Backend>(
     let lengths = prompt_ids.iter().map(|p| p.len() as f64);
     let setup = Setup {
         target: absolute(&paths.target),
-        drafter: match (&paths.drafter, ngram) {
-            (Some(dir), _) => absolute(dir),
-            (None, Some(n)) => format!("ngram (prompt lookup, n = {}..={})", n.min, n.max),
-            (None, None) => String::new(),
-        },
+        drafter: describe_proposers(paths, proposers),
         backend: pipeline.backend().name(),
         dtype,
         prompts_file: absolute(&plan.prompts_file),
@@ -165,6 +176,22 @@ fn run_on<B: Backend>(
         .map(|(key, state)| ControllerReport { key, state })
         .collect();
     Ok(report)
+}
+
+/// What drafted, for the report's `setup.drafter`: the assistant's directory, `model DIR` for
+/// a draft model, `ngram (...)` for prompt lookup, joined by ` + ` when several are on.
+fn describe_proposers(paths: &ModelPaths, proposers: &ProposerChoice) -> String {
+    let mut parts = Vec::new();
+    if let Some(dir) = &paths.drafter {
+        parts.push(absolute(dir));
+    }
+    if let Some(dir) = &proposers.model {
+        parts.push(format!("model {}", absolute(dir)));
+    }
+    if let Some(n) = proposers.ngram {
+        parts.push(format!("ngram (prompt lookup, n = {}..={})", n.min, n.max));
+    }
+    parts.join(" + ")
 }
 
 /// Fail now, not after the benchmark, when the JSON report cannot be written to `path`: open it

@@ -114,6 +114,7 @@ mod tests {
             }),
             speculation_off: None,
             context_full: false,
+            logprobs: Vec::new(),
         }
     }
 

@@ -216,3 +216,73 @@ impl<B: Backend> MtpDrafter<B> for TimedDrafter<'_, B> {
         Ok(step)
     }
 }
+
+/// A draft model (a [`TargetModel`] drafting for the target) whose every call counts as
+/// drafter time on a [`ModelClock`]: its prompt prefill and catch-up forwards included, since
+/// they run inside rounds or at the proposer's start, never as the target's work.
+pub struct TimedDraftModel<'a, B: Backend> {
+    inner: &'a dyn TargetModel<B>,
+    clock: &'a ModelClock,
+}
+
+impl<'a, B: Backend> TimedDraftModel<'a, B> {
+    /// Time `inner` on `clock` as drafter work.
+    pub fn new(inner: &'a dyn TargetModel<B>, clock: &'a ModelClock) -> Self {
+        Self { inner, clock }
+    }
+
+    fn time<T>(
+        &self,
+        backend: &B,
+        call: impl FnOnce() -> Result<T, B::Error>,
+        outputs: impl Fn(&T) -> Vec<&B::Array>,
+    ) -> Result<T, B::Error> {
+        let (value, elapsed) = timed(backend, self.clock.mode, call, outputs)?;
+        ModelClock::add(&self.clock.drafter, elapsed);
+        Ok(value)
+    }
+}
+
+impl<B: Backend> TargetModel<B> for TimedDraftModel<'_, B> {
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+
+    fn max_context(&self) -> usize {
+        self.inner.max_context()
+    }
+
+    fn new_caches(&self, backend: &B) -> Result<CacheSet<B>, B::Error> {
+        self.inner.new_caches(backend)
+    }
+
+    fn forward(
+        &self,
+        backend: &B,
+        ids: &B::Array,
+        start: usize,
+        caches: &mut CacheSet<B>,
+    ) -> Result<TargetOutput<B>, B::Error> {
+        self.time(
+            backend,
+            || self.inner.forward(backend, ids, start, caches),
+            |o: &TargetOutput<B>| vec![&o.hidden, &o.draft_hidden],
+        )
+    }
+
+    fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
+        self.time(backend, || self.inner.unembed(backend, hidden), |l| vec![l])
+    }
+
+    fn token_embeddings(&self, backend: &B, ids: &B::Array) -> Result<B::Array, B::Error> {
+        self.time(
+            backend,
+            || self.inner.token_embeddings(backend, ids),
+            |e| vec![e],
+        )
+    }
+
+    fn mtp_defaults(&self) -> MtpDefaults {
+        self.inner.mtp_defaults()
+    }
+}
