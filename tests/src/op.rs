@@ -58,6 +58,8 @@ pub enum Op {
     Matmul,
     /// `linear(x, w)`.
     Linear,
+    /// `gather_linear(x, w, indices)`: row `r` of `x` times expert `indices[r]` of `w`.
+    GatherLinear,
     /// `write_slice(dst, src, axis, start)`; the output is `dst` after the write.
     WriteSlice {
         /// Axis.
@@ -139,6 +141,7 @@ impl Op {
             (Op::Scatter(axis), [x, i, s]) => one(b.scatter(x, i, s, *axis)),
             (Op::Matmul, [x, y]) => one(b.matmul(x, y)),
             (Op::Linear, [x, w]) => one(b.linear(x, w)),
+            (Op::GatherLinear, [x, w, i]) => one(b.gather_linear(x, w, i)),
             (Op::WriteSlice { axis, start }, [dst, src]) => {
                 let mut out = (*dst).clone();
                 b.write_slice(&mut out, src, *axis, *start)?;
@@ -192,6 +195,7 @@ impl std::fmt::Display for Op {
             Op::Scatter(axis) => write!(f, "scatter(axis {axis})"),
             Op::Matmul => write!(f, "matmul"),
             Op::Linear => write!(f, "linear"),
+            Op::GatherLinear => write!(f, "gather_linear"),
             Op::WriteSlice { axis, start } => write!(f, "write_slice(axis {axis}, start {start})"),
             Op::DeepCopy => write!(f, "deep_copy"),
             Op::Affine { mul, add } => write!(f, "affine(mul {mul}, add {add})"),

@@ -42,14 +42,14 @@ macro_rules! conformance_suite {
 
         $crate::__conformance_cases! {
             creation: [
-                from_f32, from_u32, from_i32, host_reads_of_integers, full_and_scalar,
-                cast_all_pairs,
+                from_f32, from_le_bytes, from_u32, from_i32, host_reads_of_integers,
+                full_and_scalar, cast_all_pairs,
             ],
             shape: [reshape, transpose, slice, concat, squeeze_last],
             elementwise: [binary, derived_arithmetic, unary, compare, where_cond, affine],
             reduce: [reduce, argmax, argsort, argsort_is_stable, cumsum],
             indexing: [embedding, take_along_axis, scatter],
-            linalg: [matmul, linear],
+            linalg: [matmul, linear, gather_linear],
             fused: [
                 softmax, log_softmax, gelu_tanh, rms_norm, rope, attention, top_k,
                 non_finite_rows,

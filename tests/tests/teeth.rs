@@ -6,7 +6,7 @@ use mtp_core::reference::{HostArray, HostDevice, ReferenceBackend};
 use mtp_core::{
     AttentionMask, Backend, BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp,
 };
-use mtp_tests::cases::{caches, creation, elementwise, errors, fused, hooks, reduce};
+use mtp_tests::cases::{caches, creation, elementwise, errors, fused, hooks, linalg, reduce};
 use mtp_tests::SuiteError;
 
 /// The one thing a [`Broken`] backend gets wrong.
@@ -26,6 +26,10 @@ enum Flaw {
     DescendingArgsortUnstable,
     /// `transpose` panics on an axis out of range instead of returning `Err`.
     TransposePanics,
+    /// `gather_linear` sends every row to expert 0 (routing ignored).
+    GatherIgnoresRouting,
+    /// `from_le_bytes` reads stored `BF16` bytes as `F16`.
+    Bf16ReadAsF16,
 }
 
 /// The reference backend with one [`Flaw`].
@@ -76,6 +80,19 @@ impl Backend for Broken {
     }
     fn from_u32(&self, data: &[u32], shape: &[usize]) -> Result<HostArray, CoreError> {
         self.inner.from_u32(data, shape)
+    }
+    fn from_le_bytes(
+        &self,
+        bytes: &[u8],
+        src: DType,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<HostArray, CoreError> {
+        let src = match (self.flaw, src) {
+            (Flaw::Bf16ReadAsF16, DType::BF16) => DType::F16,
+            _ => src,
+        };
+        self.inner.from_le_bytes(bytes, src, shape, dtype)
     }
     fn from_i32(&self, data: &[i32], shape: &[usize]) -> Result<HostArray, CoreError> {
         self.inner.from_i32(data, shape)
@@ -199,6 +216,20 @@ impl Backend for Broken {
     }
     fn matmul(&self, a: &HostArray, b: &HostArray) -> Result<HostArray, CoreError> {
         self.inner.matmul(a, b)
+    }
+    fn gather_linear(
+        &self,
+        x: &HostArray,
+        w: &HostArray,
+        indices: &HostArray,
+    ) -> Result<HostArray, CoreError> {
+        if self.flaw == Flaw::GatherIgnoresRouting {
+            let first = self
+                .inner
+                .full(&self.inner.shape(indices), 0.0, DType::U32)?;
+            return self.inner.gather_linear(x, w, &first);
+        }
+        self.inner.gather_linear(x, w, indices)
     }
     fn write_slice(
         &self,
@@ -339,4 +370,24 @@ fn a_panic_on_invalid_input_is_reported_not_propagated() {
         other => panic!("expected a Panicked report, got {other:?}"),
     }
     assert!(elementwise::binary(&backend).is_ok());
+}
+
+#[test]
+fn a_gather_that_ignores_the_routing_is_caught() {
+    assert_caught(
+        Flaw::GatherIgnoresRouting,
+        "gather_linear",
+        &[("linalg::gather_linear", linalg::gather_linear)],
+        ("linalg::linear", linalg::linear),
+    );
+}
+
+#[test]
+fn bf16_weights_read_as_f16_are_caught() {
+    assert_caught(
+        Flaw::Bf16ReadAsF16,
+        "from_le_bytes",
+        &[("creation::from_le_bytes", creation::from_le_bytes)],
+        ("creation::from_f32", creation::from_f32),
+    );
 }

@@ -29,6 +29,9 @@ pub(crate) fn gather_linear(x: &Tensor, w: &Tensor, indices: &Tensor) -> Result<
     if inner != w_in || indices.elem_count() != n {
         return Err(mismatch().into());
     }
+    // `index_select` and the per-expert matmul need contiguous operands; a loaded expert stack
+    // and a model's activations already are (then this is a cheap clone, not a copy).
+    let (x, w) = (x.contiguous()?, w.contiguous()?);
     let ids = indices
         .flatten_all()?
         .to_dtype(DType::U32)?

@@ -8,7 +8,7 @@
 use candle_core::op::CmpOp;
 use candle_core::{DType as CDType, Device, Tensor};
 use half::{bf16, f16};
-use mtp_core::backend::{check_f32_source, float_to_int, i32s_as_u32s};
+use mtp_core::backend::{check_f32_source, check_le_source, float_to_int, i32s_as_u32s};
 use mtp_core::{BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp};
 
 use crate::error::{CandleError, Result};
@@ -200,33 +200,7 @@ pub(crate) fn from_le_bytes(
     shape: &[usize],
     dtype: DType,
 ) -> Result<Tensor> {
-    const OP: &str = "from_le_bytes";
-    let width = match src {
-        DType::F32 => 4,
-        DType::F16 | DType::BF16 => 2,
-        other => {
-            return Err(CoreError::InvalidArgument {
-                op: OP,
-                message: format!("stored values of dtype {other} are not floats"),
-            }
-            .into())
-        }
-    };
-    if !dtype.is_float() {
-        return Err(CoreError::InvalidArgument {
-            op: OP,
-            message: format!("target dtype {dtype} is not a float dtype"),
-        }
-        .into());
-    }
-    check_len(OP, bytes.len() / width, shape)?;
-    if bytes.len() % width != 0 {
-        return Err(CoreError::InvalidArgument {
-            op: OP,
-            message: format!("{} bytes do not hold whole {src} values", bytes.len()),
-        }
-        .into());
-    }
+    check_le_source("from_le_bytes", bytes.len(), src, shape, dtype)?;
     let t = Tensor::from_raw_buffer(bytes, to_candle(src), shape, device)?;
     if src == dtype {
         Ok(t)

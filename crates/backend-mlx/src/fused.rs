@@ -5,9 +5,10 @@ use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::TryIndexMutOp;
 use mlx_rs::{ops, transforms, Array};
 use mtp_core::backend::check_write_slice;
-use mtp_core::{AttentionBias, CoreError};
+use mtp_core::{AttentionBias, CoreError, DType};
 
-use crate::convert::{axis, require_float, same_dtype, shape_of, to_i32, to_mlx};
+use crate::convert::{axis, require_float, require_int, same_dtype, shape_of, to_i32, to_mlx};
+use crate::device::MlxDevice;
 use crate::error::{Context, Result};
 use crate::ops::range_on_axis;
 use crate::MlxBackend;
@@ -146,6 +147,54 @@ pub(crate) fn attention(
         .op(OP)?;
     let zeros = ops::zeros_like(&out).op(OP)?;
     ops::select(&blind, &zeros, &out).op(OP)
+}
+
+/// The expert-gathered linear layer of a mixture of experts: row `r` of `x` (`[n, in]`) times
+/// the transpose of expert `indices[r]` of `w` (`[experts, out, in]`), `[n, out]`.
+///
+/// With MLX's gathered matmul (`mlx::gather_mm`) wherever MLX has it: each row is a
+/// `[1, in] x [in, out]` product read straight from its expert's matrix (the transpose is a
+/// view), so neither the `n` expert matrices the trait's default gathers nor a host read of the
+/// ids exist. MLX 0.32's CPU `GatherMM` takes only `float32` ("Currently only supports
+/// float32"), so `F16` / `BF16` on the CPU gather the rows' expert matrices (`take`) and run one
+/// batched `matmul` in that dtype, as the trait's default does; on Metal every float dtype uses
+/// `gather_mm`. Expert ids are not range-checked (MLX's gathers do not check indices; a router's
+/// top-k ids are always in range).
+pub(crate) fn gather_linear(
+    x: &Array,
+    w: &Array,
+    indices: &Array,
+    device: MlxDevice,
+) -> Result<Array> {
+    const OP: &str = "gather_linear";
+    let dtype = require_float(OP, x)?;
+    same_dtype(OP, x, w)?;
+    require_int(OP, indices)?;
+    let (xs, ws) = (shape_of(x), shape_of(w));
+    let mismatch = || CoreError::ShapeMismatch {
+        op: OP,
+        lhs: xs.clone(),
+        rhs: ws.clone(),
+    };
+    let ([n, inner], [_, out, w_in]) = (&xs[..], &ws[..]) else {
+        return Err(mismatch().into());
+    };
+    if inner != w_in || indices.size() != *n {
+        return Err(mismatch().into());
+    }
+    let (n, inner, out) = (to_i32(OP, *n)?, to_i32(OP, *inner)?, to_i32(OP, *out)?);
+    // `[n, 1, in]` rows against `[.., in, out]` expert matrices: out `[n, 1, out]`.
+    let rows = x.reshape(&[n, 1, inner]).op(OP)?;
+    let experts = indices.reshape(&[n]).op(OP)?;
+    let y = if dtype == DType::F32 || device == MlxDevice::Gpu {
+        // The rows' own batch index is implied (no lhs indices); the experts' are `indices`.
+        let wt = w.swap_axes(1, 2).op(OP)?;
+        ops::gather_mm(&rows, &wt, None::<&Array>, &experts, false).op(OP)?
+    } else {
+        let picked = w.take_axis(&experts, 0).op(OP)?;
+        rows.matmul(picked.swap_axes(1, 2).op(OP)?).op(OP)?
+    };
+    y.reshape(&[n, out]).op(OP)
 }
 
 /// Write `src` into `dst` along `axis` at `start` with MLX's `slice_update`. MLX arrays are

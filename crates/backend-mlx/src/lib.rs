@@ -23,12 +23,17 @@
 //!
 //! Every required op maps onto one MLX op or a few (see `README.md` for the table). Of the fused
 //! ops, `softmax` (`mlx::softmax`, precise), `rms_norm` (`mlx::fast::rms_norm`), `rope` and
-//! `rope_cached` (`mlx::fast::rope`, angles computed on the device: no tables) and
+//! `rope_cached` (`mlx::fast::rope`, angles computed on the device: no tables),
 //! `attention_with_bias` (`mlx::fast::scaled_dot_product_attention` with the forward's prepared
-//! mask, or none when every key is visible; grouped KV heads native) use MLX kernels; `gelu_tanh`, `log_softmax` and `top_k` keep the trait's
-//! default bodies (MLX fuses nothing there on the CPU). Ops only record a graph: the engine's
-//! `eval` / `async_eval` hooks and
-//! the host reads (`to_vec_*`) run it, so a decode round costs one evaluation.
+//! mask, or none when every key is visible; grouped KV heads native) and `gather_linear` (the
+//! mixture-of-experts matmul: `mlx::gather_mm`, each row against its expert's matrix in place)
+//! use MLX kernels; `gelu_tanh`, `log_softmax` and `top_k` keep the trait's default bodies (MLX
+//! fuses nothing there on the CPU). Weights arrive through `from_le_bytes` as MLX arrays of their
+//! stored dtype (no host `f32` copy of a bf16 checkpoint); `preferred_dtype` is `F32` on the CPU
+//! and the checkpoint's own half dtype on Metal (see `README.md`).
+//!
+//! Ops only record a graph: the engine's `eval` / `async_eval` hooks and the host reads
+//! (`to_vec_*`) run it, so a decode round costs one evaluation.
 //!
 //! # Threads
 //!

@@ -32,6 +32,39 @@ fn device_specs() {
 }
 
 #[test]
+fn cpu_prefers_f32_for_every_stored_dtype() {
+    let b = MlxBackend::cpu();
+    for stored in [DType::F32, DType::F16, DType::BF16] {
+        assert_eq!(b.preferred_dtype(stored), DType::F32, "{stored}");
+    }
+}
+
+#[test]
+fn weights_keep_their_stored_dtype_and_experts_route_per_row() -> crate::Result<()> {
+    let b = MlxBackend::cpu();
+    // bf16 bytes stay bf16 (no f32 detour), read exactly.
+    let values = [1.5f32, -2.0, 0.125, 3.0, -0.5, 8.0];
+    let bytes: Vec<u8> = values
+        .iter()
+        .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+        .collect();
+    let w = b.from_le_bytes(&bytes, DType::BF16, &[2, 3], DType::BF16)?;
+    assert_eq!(b.dtype(&w), DType::BF16);
+    assert_eq!(b.to_vec_f32(&w)?, values);
+    // Two experts [1, 3] (as `[E, out, in]` = [2, 1, 3]); rows 0 and 2 take expert 1.
+    let w = b.reshape(&b.cast(&w, DType::F32)?, &[2, 1, 3])?;
+    let x = b.from_f32(
+        &[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+        &[3, 3],
+        DType::F32,
+    )?;
+    let ids = b.from_u32(&[1, 0, 1], &[3])?;
+    let y = b.to_vec_f32(&b.gather_linear(&x, &w, &ids)?)?;
+    assert_eq!(y, vec![3.0, -2.0, 8.0]);
+    Ok(())
+}
+
+#[test]
 fn write_slice_leaves_earlier_clones_alone() -> crate::Result<()> {
     let b = MlxBackend::cpu();
     let mut dst = b.full(&[2, 4], 0.0, DType::F32)?;

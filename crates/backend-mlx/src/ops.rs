@@ -1,9 +1,13 @@
 //! The required ops of the backend contract, mapped onto MLX ops (lazy: nothing here runs until
 //! an eval or a host read).
 
+use std::borrow::Cow;
+
 use mlx_rs::ops::indexing::{argmax_axis, ArrayIndex, ArrayIndexOp, TryIndexOp};
 use mlx_rs::{ops, Array, Dtype};
-use mtp_core::backend::{check_data_len, check_f32_source, float_to_int, i32s_as_u32s};
+use mtp_core::backend::{
+    check_data_len, check_f32_source, check_le_source, float_to_int, i32s_as_u32s,
+};
 use mtp_core::{BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp};
 
 use crate::convert::{
@@ -21,6 +25,60 @@ pub(crate) fn from_f32(data: &[f32], shape: &[usize], dtype: DType) -> Result<Ar
         return Ok(x);
     }
     x.as_dtype(to_mlx(dtype)).op(OP)
+}
+
+/// Stored little-endian `F32` / `F16` / `BF16` values (a safetensors tensor in its memory map)
+/// as an array of `dtype`, without a host `f32` copy of half-precision weights: the bytes become
+/// an MLX array of their stored dtype in one copy (read in place when they are aligned for it,
+/// else through one aligned copy of the same width), then MLX converts it when `dtype` differs.
+/// A converted tensor is evaluated at once, so the stored copy of one tensor at a time is alive
+/// while a checkpoint loads (left lazy, every stored copy would wait for the first forward).
+pub(crate) fn from_le_bytes(
+    bytes: &[u8],
+    src: DType,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<Array> {
+    const OP: &str = "from_le_bytes";
+    check_le_source(OP, bytes.len(), src, shape, dtype)?;
+    let dims = dims(OP, shape)?;
+    let stored = match src {
+        DType::F32 => Array::from_slice(
+            &stored_values(bytes, |c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            &dims,
+        ),
+        DType::F16 => Array::from_slice(
+            &stored_values(bytes, |c| half::f16::from_le_bytes([c[0], c[1]])),
+            &dims,
+        ),
+        _ => Array::from_slice(
+            &stored_values(bytes, |c| half::bf16::from_le_bytes([c[0], c[1]])),
+            &dims,
+        ),
+    };
+    if src == dtype {
+        return Ok(stored);
+    }
+    let converted = stored.as_dtype(to_mlx(dtype)).op(OP)?;
+    converted.eval().op(OP)?;
+    Ok(converted)
+}
+
+/// `bytes` (little-endian values of `T`, whole values only) as a slice of `T`: the bytes
+/// themselves when they are aligned for `T` on a little-endian host, else an aligned copy
+/// decoded value by value with `decode`.
+fn stored_values<T: bytemuck::Pod>(bytes: &[u8], decode: impl Fn(&[u8]) -> T) -> Cow<'_, [T]> {
+    if cfg!(target_endian = "little") {
+        if let Ok(values) = bytemuck::try_cast_slice::<u8, T>(bytes) {
+            return Cow::Borrowed(values);
+        }
+    }
+    Cow::Owned(
+        bytes
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(decode)
+            .collect(),
+    )
 }
 
 pub(crate) fn from_u32(data: &[u32], shape: &[usize]) -> Result<Array> {

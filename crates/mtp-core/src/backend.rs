@@ -127,24 +127,48 @@ pub fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize, CoreErr
         })
 }
 
-/// Little-endian `F32`, `F16` or `BF16` values as `f32` (exact: every half value is an `f32`).
-pub fn decode_le_floats(op: &'static str, bytes: &[u8], src: DType) -> Result<Vec<f32>, CoreError> {
-    let width = match src {
-        DType::F32 => 4,
-        DType::F16 | DType::BF16 => 2,
-        other => {
-            return Err(CoreError::InvalidArgument {
-                op,
-                message: format!("stored values of dtype {other} are not floats"),
-            })
-        }
-    };
-    if bytes.len() % width != 0 {
+/// The byte width of one stored value of the float dtype `src` (`F32`: 4, `F16` / `BF16`: 2), or
+/// an error naming `op` for an integer dtype.
+fn stored_float_width(op: &'static str, src: DType) -> Result<usize, CoreError> {
+    match src {
+        DType::F32 => Ok(4),
+        DType::F16 | DType::BF16 => Ok(2),
+        other => Err(CoreError::InvalidArgument {
+            op,
+            message: format!("stored values of dtype {other} are not floats"),
+        }),
+    }
+}
+
+/// The number of whole `src` values in `len` bytes, or an error naming `op` (an integer `src`,
+/// or bytes that end inside a value).
+fn stored_float_count(op: &'static str, len: usize, src: DType) -> Result<usize, CoreError> {
+    let width = stored_float_width(op, src)?;
+    if len % width != 0 {
         return Err(CoreError::InvalidArgument {
             op,
-            message: format!("{} bytes do not hold whole {src} values", bytes.len()),
+            message: format!("{len} bytes do not hold whole {src} values"),
         });
     }
+    Ok(len / width)
+}
+
+/// An error naming `op` unless `len` stored bytes of the float dtype `src` hold whole values that
+/// exactly fill `shape` and `dtype` is a float dtype: the argument rule of every backend's
+/// [`Backend::from_le_bytes`].
+pub fn check_le_source(
+    op: &'static str,
+    len: usize,
+    src: DType,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<(), CoreError> {
+    check_f32_source(op, stored_float_count(op, len, src)?, shape, dtype)
+}
+
+/// Little-endian `F32`, `F16` or `BF16` values as `f32` (exact: every half value is an `f32`).
+pub fn decode_le_floats(op: &'static str, bytes: &[u8], src: DType) -> Result<Vec<f32>, CoreError> {
+    stored_float_count(op, bytes.len(), src)?;
     Ok(match src {
         DType::F32 => bytes
             .chunks_exact(4)

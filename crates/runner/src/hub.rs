@@ -197,16 +197,41 @@ pub fn resolve_model_in(
     download(&cache, &repo)
 }
 
+/// What is wrong when `repo`'s revision has a ref in `cache` but its snapshot has no
+/// `config.json` (an interrupted or partial download), if that is the case.
+#[cfg_attr(feature = "hf-hub", allow(dead_code))]
+fn dangling_ref(cache: &Path, repo: &RepoId) -> Option<String> {
+    let revision = repo.revision();
+    let root = cache.join(repo.cache_folder());
+    let commit = std::fs::read_to_string(root.join("refs").join(revision)).ok()?;
+    let commit = commit.trim();
+    let snapshot = root.join("snapshots").join(commit);
+    (!snapshot.join("config.json").is_file()).then(|| {
+        format!(
+            "refs/{revision} points at {commit}, but {} has no config.json (an interrupted \
+             download?)",
+            snapshot.display()
+        )
+    })
+}
+
 #[cfg(not(feature = "hf-hub"))]
 fn download(cache: &Path, repo: &RepoId) -> Result<PathBuf, HubError> {
+    let hint = format!(
+        "download it (e.g. `huggingface-cli download {}`) or build mtp with the `hf-hub` feature \
+         to fetch it",
+        repo.id()
+    );
+    if let Some(reason) = dangling_ref(cache, repo) {
+        return Err(HubError::BadCache {
+            repo: repo.id(),
+            reason: format!("{reason}; {hint}"),
+        });
+    }
     Err(HubError::NotCached {
         repo: repo.id(),
         cache: cache.to_path_buf(),
-        hint: format!(
-            "; download it (e.g. `huggingface-cli download {}`) or build mtp with the `hf-hub` \
-             feature to fetch it",
-            repo.id()
-        ),
+        hint: format!("; {hint}"),
     })
 }
 

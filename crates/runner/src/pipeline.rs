@@ -12,7 +12,7 @@ use crate::defaults::ModelPaths;
 use crate::loading::gguf::{is_gguf_path, GgufFile};
 use crate::loading::{LoadError, LoadOptions};
 use crate::models::registry::{load_drafter_model, load_gguf_target, load_target_model};
-use crate::models::{Gemma4Assistant, LoadedTarget};
+use crate::models::{LoadedDrafter, LoadedTarget};
 use crate::tokenizer::{ChatMessage, ChatOptions, PromptFormat, Tokenizer, TokenizerError};
 
 /// What can go wrong in a [`Pipeline`].
@@ -140,7 +140,8 @@ pub struct Generation {
     pub text: String,
 }
 
-/// A Gemma 4 target, an optional MTP drafter and the target's tokenizer on one backend.
+/// A target of any registered family, an optional MTP drafter of its family (or prompt lookup)
+/// and the target's tokenizer on one backend.
 ///
 /// ```
 /// use mtp_core::engine::{CancelToken, GenerateRequest, SinkFlow};
@@ -188,7 +189,7 @@ pub struct Generation {
 pub struct Pipeline<B: Backend> {
     backend: B,
     target: LoadedTarget<B>,
-    drafter: Option<Gemma4Assistant<B>>,
+    drafter: Option<LoadedDrafter<B>>,
     draft_model: Option<DraftModel<LoadedTarget<B>>>,
     ngram: Option<NgramProposer>,
     tokenizer: Tokenizer,
@@ -374,8 +375,8 @@ impl<B: Backend> Pipeline<B> {
         &self.target
     }
 
-    /// The drafter, when one was loaded.
-    pub fn drafter(&self) -> Option<&Gemma4Assistant<B>> {
+    /// The MTP drafter (of the target's family), when one was loaded.
+    pub fn drafter(&self) -> Option<&LoadedDrafter<B>> {
         self.drafter.as_ref()
     }
 

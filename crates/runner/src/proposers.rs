@@ -5,42 +5,32 @@ use std::path::{Path, PathBuf};
 
 use mtp_core::proposer::{NgramOptions, ProposerKind};
 
-use crate::loading::{LoadError, ASSISTANT_MODEL_TYPES, TARGET_MODEL_TYPES};
+use crate::loading::LoadError;
+use crate::models::registry::{lookup, model_types, registration_of, Role};
 
-/// The proposer kind of the model in `dir`, from its `config.json`'s `model_type`: an
-/// assistant (`gemma4_assistant`) is an MTP head ([`ProposerKind::Mtp`]); a causal LM the
-/// target loader builds (`gemma4_text`) is a draft model ([`ProposerKind::Model`]).
+/// The proposer kind of the model in `dir`, from the registry's entry for its `config.json`'s
+/// `model_type`: a registered drafter (`gemma4_assistant`) is an MTP head
+/// ([`ProposerKind::Mtp`]); a registered target (`gemma4_text`, `gemma3_text`, ...) is a draft
+/// model ([`ProposerKind::Model`]).
 ///
-/// Errors when the file is missing or not JSON, and with [`LoadError::UnknownModelType`] for
-/// any other `model_type`.
+/// Errors when the file is missing or not JSON, and with [`LoadError::UnknownModelType`] (listing
+/// every registered drafter and target type) for any other `model_type`.
 pub fn detect_draft_kind(dir: &Path) -> Result<ProposerKind, LoadError> {
-    let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| LoadError::MissingFile {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| LoadError::BadJson {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
-    let found = value
-        .get("model_type")
-        .and_then(|m| m.as_str())
-        .unwrap_or("");
-    if ASSISTANT_MODEL_TYPES.contains(&found) {
-        Ok(ProposerKind::Mtp)
-    } else if TARGET_MODEL_TYPES.contains(&found) {
-        Ok(ProposerKind::Model)
-    } else {
-        Err(LoadError::UnknownModelType {
-            path,
-            found: found.to_string(),
-            expected: ASSISTANT_MODEL_TYPES
-                .iter()
-                .chain(&TARGET_MODEL_TYPES)
-                .copied()
-                .collect(),
-        })
+    match registration_of(dir, Role::Drafter) {
+        Ok(_) => Ok(ProposerKind::Mtp),
+        Err(LoadError::UnknownModelType { path, found, .. }) => {
+            if lookup(&found, Role::Target).is_some() {
+                return Ok(ProposerKind::Model);
+            }
+            let mut expected = model_types(Role::Drafter);
+            expected.extend(model_types(Role::Target));
+            Err(LoadError::UnknownModelType {
+                path,
+                found,
+                expected,
+            })
+        }
+        Err(other) => Err(other),
     }
 }
 

@@ -85,6 +85,87 @@ fn the_cache_location_follows_huggingface_hub() {
 }
 
 #[test]
+fn empty_cache_variables_count_as_unset() {
+    let env = env_with(&[("HF_HUB_CACHE", ""), ("HF_HOME", "/h"), ("HOME", "/u")]);
+    assert_eq!(hub_cache_dir(&env), Some(PathBuf::from("/h/hub")));
+    let env = env_with(&[("HF_HUB_CACHE", ""), ("HF_HOME", ""), ("HOME", "/u")]);
+    assert_eq!(
+        hub_cache_dir(&env),
+        Some(PathBuf::from("/u/.cache/huggingface/hub"))
+    );
+    assert_eq!(hub_cache_dir(&env_with(&[])), None);
+    // No cache location at all: a clear error naming the variables, no panic.
+    match resolve_model_in(Path::new("google/absent"), &env_with(&[])) {
+        Err(e @ HubError::NotCached { .. }) => {
+            assert!(e.to_string().contains("HF_HUB_CACHE"), "{e}")
+        }
+        other => panic!("expected NotCached, got {other:?}"),
+    }
+}
+
+#[test]
+fn hf_home_is_searched_when_hf_hub_cache_is_unset_and_yields_to_it() {
+    let home = tempfile::tempdir().unwrap();
+    let case = Case::named("mm_e2b");
+    let snapshot = cache_repo(
+        &home.path().join("hub"),
+        "google",
+        "tiny-e2b",
+        &case.target(),
+    );
+    // HF writes refs without a newline; one written by hand often has one.
+    let refs = home.path().join("hub/models--google--tiny-e2b/refs/main");
+    std::fs::write(&refs, format!("{COMMIT}\n")).unwrap();
+    let home_str = home.path().to_str().unwrap();
+    let vars = [("HF_HOME", home_str), ("HOME", "/nonexistent")];
+    let resolved = resolve_model_in(Path::new("google/tiny-e2b"), &env_with(&vars)).unwrap();
+    assert_eq!(resolved, snapshot);
+    // HF_HUB_CACHE wins over HF_HOME: an empty cache there does not fall back to HF_HOME's.
+    let other = tempfile::tempdir().unwrap();
+    let other_str = other.path().to_str().unwrap();
+    let vars = [("HF_HUB_CACHE", other_str), ("HF_HOME", home_str)];
+    if cfg!(not(feature = "hf-hub")) {
+        assert!(matches!(
+            resolve_model_in(Path::new("google/tiny-e2b"), &env_with(&vars)),
+            Err(HubError::NotCached { .. })
+        ));
+    }
+}
+
+#[test]
+fn a_ref_to_a_missing_snapshot_is_an_incomplete_cache() {
+    let cache = tempfile::tempdir().unwrap();
+    let case = Case::named("mm_e2b");
+    let snapshot = cache_repo(cache.path(), "google", "tiny-e2b", &case.target());
+    let repo = RepoId::parse("google/tiny-e2b").unwrap();
+    let cache_str = cache.path().to_str().unwrap();
+    let vars = [("HF_HUB_CACHE", cache_str)];
+    // The snapshot without its config.json (a partial download), then without the snapshot.
+    std::fs::remove_file(snapshot.join("config.json")).unwrap();
+    assert_eq!(cached_snapshot(cache.path(), &repo).unwrap(), None);
+    let partial = resolve_model_in(Path::new("google/tiny-e2b"), &env_with(&vars));
+    std::fs::remove_dir_all(cache.path().join("models--google--tiny-e2b/snapshots")).unwrap();
+    assert_eq!(cached_snapshot(cache.path(), &repo).unwrap(), None);
+    let missing = resolve_model_in(Path::new("google/tiny-e2b"), &env_with(&vars));
+    // (With `hf-hub` the snapshot would be downloaded again: not in a test.)
+    if cfg!(feature = "hf-hub") {
+        return;
+    }
+    for result in [partial, missing] {
+        match result {
+            Err(e @ HubError::BadCache { .. }) => {
+                let message = e.to_string();
+                for part in ["google/tiny-e2b", "refs/main", COMMIT, "config.json"] {
+                    assert!(message.contains(part), "{part:?} missing: {message}");
+                }
+                assert!(message.contains("huggingface-cli download"), "{message}");
+            }
+            other => panic!("expected BadCache, got {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn a_cached_repo_resolves_to_its_snapshot() {
     let cache = tempfile::tempdir().unwrap();
     let case = Case::named("mm_e2b");

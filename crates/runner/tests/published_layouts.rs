@@ -1,21 +1,27 @@
 //! The layouts Google publishes Gemma 4 in (HF `save_pretrained` fixtures, `mm_*` cases): the
 //! text model found inside the multimodal wrapper, towers and the unused k/v projections of
-//! KV-shared layers never read, bf16 shards, and the `model_type` registry. (Logits, greedy and
+//! KV-shared layers never read, bf16 shards, and the `model_type` registry (targets and drafters,
+//! a drafter of another family refused). (Logits, greedy and
 //! MTP parity of these cases run with every other case in `fixture_target.rs` and
 //! `fixture_assistant.rs`.)
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use common::{fixture_root, B};
-use mtp_core::model::TargetModel;
+use common::{fixture_root, load_pair, Reference, B};
+use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
+use mtp_core::model::{MtpDrafter, TargetModel};
+use mtp_core::options::DraftOverrides;
+use mtp_core::schedule::ScheduleKind;
 use mtp_core::DType;
 use runner::loading::{
     auto_dtype, estimate_memory, load_target_with_report, LoadError, LoadOptions, TOWER_MODULES,
 };
-use runner::models::registry::{self, load_target_model, Family, Role};
+use runner::models::registry::{self, load_drafter_model, load_target_model, Family, Role};
+use runner::proposers::detect_draft_kind;
 
 /// Byte size of every tensor of a safetensors file (from its header alone).
 fn tensor_sizes(path: &Path) -> BTreeMap<String, u64> {
@@ -193,4 +199,143 @@ fn memory_estimate_counts_the_text_weights_and_the_caches() {
     // The bf16 checkpoint runs in f32 on CPU backends.
     let sharded = fixture_root().join("mm_e2b_bf16_sharded/target");
     assert_eq!(auto_dtype(&B::default(), &sharded).unwrap(), DType::F32);
+}
+
+/// The committed Gemma 3 HF fixture (a target family without an MTP drafter).
+fn gemma3_target() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gemma3/tiny/hf")
+}
+
+/// Greedy MTP at the fixture's depth with `drafter`: the tokens and (drafted, accepted).
+fn greedy_mtp(
+    target: &dyn TargetModel<B>,
+    drafter: &dyn MtpDrafter<B>,
+    reference: &mut Reference,
+) -> (Vec<u32>, (usize, usize)) {
+    let prompt = reference.ids("prompt_ids");
+    let depth = reference.ids("num_assistant_tokens")[0] as usize;
+    let mut request = GenerateRequest::greedy(prompt, reference.ids("assisted_ids").len());
+    request.draft = DraftOverrides {
+        initial_draft_tokens: Some(depth),
+        max_draft_tokens: Some(depth),
+        schedule: Some(ScheduleKind::Constant),
+        ..DraftOverrides::default()
+    };
+    let b = B::default();
+    let response = Engine::new(&b, target)
+        .with_drafter(drafter)
+        .with_env(Arc::new(|_| None))
+        .generate(&request, &mut DiscardSink, &CancelToken::new())
+        .expect("generates");
+    let stats = response.mtp.expect("an MTP run");
+    (response.tokens, (stats.drafted, stats.accepted))
+}
+
+#[test]
+fn drafters_load_through_the_registry_and_draft_as_before() {
+    let b = B::default();
+    let options = LoadOptions::default();
+    for case in ["mm_e2b", "swa_basic"] {
+        let dir = fixture_root().join(case);
+        let (target, _) =
+            load_target_model(&b, &dir.join("target"), &options, &mut |_, _| {}).expect("loads");
+        let drafter =
+            load_drafter_model(&b, &dir.join("assistant"), &target, &options).expect("loads");
+        assert_eq!(drafter.family(), Family::Gemma4);
+        assert!(drafter.as_gemma4().is_some());
+        // The registry's drafter drafts exactly what the assistant loaded directly drafts, and
+        // what HF's assisted generation produced.
+        let mut reference = Reference::open(&dir);
+        let (direct_target, assistant) = load_pair(&b, &dir);
+        let via_registry = greedy_mtp(&target, &drafter, &mut reference);
+        let direct = greedy_mtp(&direct_target, &assistant, &mut reference);
+        assert_eq!(via_registry, direct, "{case}");
+        assert_eq!(via_registry.0, reference.ids("assisted_ids"), "{case}");
+    }
+}
+
+#[test]
+fn a_drafter_of_another_family_or_no_drafter_is_refused() {
+    let b = B::default();
+    let options = LoadOptions::default();
+    let assistant = fixture_root().join("mm_e2b/assistant");
+    // A Gemma 4 assistant for a Gemma 3 target: both families named, and what to use instead.
+    let (gemma3, _) =
+        load_target_model(&b, &gemma3_target(), &options, &mut |_, _| {}).expect("loads");
+    assert_eq!(gemma3.family(), Family::Gemma3);
+    match load_drafter_model(&b, &assistant, &gemma3, &options) {
+        Err(LoadError::DrafterMismatch { reason }) => {
+            for part in [
+                "Gemma 4 drafter",
+                "\"gemma4_assistant\"",
+                "Gemma 3 target",
+                "--draft-kind ngram",
+            ] {
+                assert!(reason.contains(part), "{part:?} missing: {reason}");
+            }
+        }
+        other => panic!("expected DrafterMismatch, got {other:?}"),
+    }
+    // A target directory given as the drafter: not a registered drafter type.
+    let (gemma4, _) = load_target_model(
+        &b,
+        &fixture_root().join("mm_e2b/target"),
+        &options,
+        &mut |_, _| {},
+    )
+    .expect("loads");
+    match load_drafter_model(
+        &b,
+        &fixture_root().join("e2b_like/target"),
+        &gemma4,
+        &options,
+    ) {
+        Err(LoadError::UnknownModelType {
+            found, expected, ..
+        }) => {
+            assert_eq!(found, "gemma4_text");
+            assert_eq!(expected, registry::model_types(Role::Drafter));
+        }
+        other => panic!("expected UnknownModelType, got {other:?}"),
+    }
+}
+
+#[test]
+fn draft_kinds_and_config_readers_follow_the_registry() {
+    use mtp_core::proposer::ProposerKind;
+    // Every registered target type is a draft model, every drafter type an MTP head.
+    assert_eq!(
+        detect_draft_kind(&fixture_root().join("mm_e2b/assistant")).unwrap(),
+        ProposerKind::Mtp
+    );
+    for dir in [fixture_root().join("mm_e2b/target"), gemma3_target()] {
+        assert_eq!(
+            detect_draft_kind(&dir).unwrap(),
+            ProposerKind::Model,
+            "{}",
+            dir.display()
+        );
+    }
+    // Gemma 4's config readers accept exactly the registry's Gemma 4 rows.
+    assert_eq!(
+        registry::family_model_types(Family::Gemma4, Role::Target),
+        ["gemma4", "gemma4_text"]
+    );
+    assert_eq!(
+        registry::family_model_types(Family::Gemma4, Role::Drafter),
+        ["gemma4_assistant"]
+    );
+    assert!(registry::family_model_types(Family::Gemma3, Role::Drafter).is_empty());
+    match runner::loading::read_target_config(&gemma3_target().join("config.json")) {
+        Err(LoadError::UnknownModelType {
+            found, expected, ..
+        }) => {
+            assert_eq!(found, "gemma3_text");
+            assert_eq!(
+                expected,
+                registry::family_model_types(Family::Gemma4, Role::Target)
+            );
+        }
+        other => panic!("expected UnknownModelType, got {other:?}"),
+    }
 }

@@ -1,7 +1,9 @@
-//! Creation and host reads: `from_f32`, `from_u32`, `from_i32`, `full`, `scalar`,
-//! `to_vec_f32`, `to_vec_u32`, `shape`, `dtype` and `cast` between every pair of dtypes.
+//! Creation and host reads: `from_f32`, `from_le_bytes`, `from_u32`, `from_i32`, `full`,
+//! `scalar`, `to_vec_f32`, `to_vec_u32`, `shape`, `dtype` and `cast` between every pair of
+//! dtypes.
 
 use mtp_core::{Backend, DType};
+use rand::Rng;
 
 use crate::error::SuiteError;
 use crate::harness::{Harness, Output, ALL_DTYPES, FLOATS};
@@ -21,6 +23,91 @@ pub fn from_f32<B: Backend>(backend: &B) -> Result<(), SuiteError> {
             let x = h.gen.uniform(shape, -100.0, 100.0, dtype);
             h.check(&Op::Identity, &[x], Tolerance::EXACT)?;
         }
+    }
+    Ok(())
+}
+
+/// `values` as the little-endian bytes of `src` (`F32`, `F16` or `BF16`): a safetensors tensor.
+fn le_bytes(values: &[f32], src: DType) -> Vec<u8> {
+    match src {
+        DType::F16 => values
+            .iter()
+            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+            .collect(),
+        DType::BF16 => values
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect(),
+        _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
+}
+
+fn read_le<X: Backend>(
+    b: &X,
+    bytes: &[u8],
+    src: DType,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<Vec<Output>, X::Error> {
+    let x = b.from_le_bytes(bytes, src, shape, dtype)?;
+    Ok(vec![Output::read(b, &x)?])
+}
+
+/// `from_le_bytes` — how weights leave a memory map — for values stored as every float dtype,
+/// read into every float dtype: equal to the reference's decode exactly, from bytes at the start
+/// of a buffer and from the same bytes one byte further on (misaligned for every width, as a
+/// tensor at an odd file offset). Bytes that do not fill the shape, integer stored dtypes and
+/// integer target dtypes are errors.
+pub fn from_le_bytes<B: Backend>(backend: &B) -> Result<(), SuiteError> {
+    let mut h = Harness::new(backend, "from_le_bytes");
+    for src in FLOATS {
+        for shape in SHAPES {
+            let n: usize = shape.iter().product();
+            let values: Vec<f32> = (0..n)
+                .map(|_| h.gen.rng().random_range(-100.0..100.0))
+                .collect();
+            let bytes = le_bytes(&values, src);
+            let mut shifted = vec![0u8; bytes.len() + 1];
+            shifted[1..].copy_from_slice(&bytes);
+            for (stored, at) in [(&bytes[..], 0), (&shifted[1..], 1)] {
+                for dtype in FLOATS {
+                    let what = || {
+                        format!("from_le_bytes({src} stored at offset {at}, {shape:?}, to {dtype})")
+                    };
+                    h.compare_results(
+                        &what,
+                        read_le(backend, stored, src, shape, dtype),
+                        read_le(h.reference(), stored, src, shape, dtype),
+                        Tolerance::EXACT,
+                    )?;
+                }
+            }
+        }
+    }
+    let bytes = le_bytes(&[0.5; 24], DType::F32);
+    let invalid: [(&[u8], DType, DType, &str); 4] = [
+        (&bytes[..95], DType::F32, DType::F32, "a partial value"),
+        (&bytes[..92], DType::F32, DType::F32, "23 values for 24"),
+        (&bytes[..], DType::U32, DType::F32, "integers stored"),
+        (&bytes[..], DType::F32, DType::I32, "an integer target"),
+    ];
+    for (stored, src, dtype, why) in invalid {
+        let what = || {
+            format!(
+                "from_le_bytes of {why} ({} bytes, {src} to {dtype})",
+                stored.len()
+            )
+        };
+        if h.reference()
+            .from_le_bytes(stored, src, &[4, 6], dtype)
+            .is_ok()
+        {
+            return Err(SuiteError::Reference {
+                what: what(),
+                message: "the reference accepted an input the suite expects to be invalid".into(),
+            });
+        }
+        h.expect_err(&what, || backend.from_le_bytes(stored, src, &[4, 6], dtype))?;
     }
     Ok(())
 }

@@ -31,6 +31,15 @@ pub fn mismatched_shapes_are_errors<B: Backend>(backend: &B) -> Result<(), Suite
         (Op::Matmul, vec![f(&[2, 3]), f(&[4, 5])]),
         (Op::Matmul, vec![f(&[2, 2, 3]), f(&[3, 3, 4])]),
         (Op::Linear, vec![f(&[2, 3]), f(&[4, 5])]),
+        (
+            Op::GatherLinear,
+            vec![f(&[2, 3]), f(&[4, 5, 4]), Input::u32(&[2], vec![0, 1])],
+        ),
+        (
+            Op::GatherLinear,
+            vec![f(&[2, 3]), f(&[4, 5, 3]), Input::u32(&[3], vec![0, 1, 2])],
+        ),
+        (Op::GatherLinear, vec![f(&[2, 3]), f(&[5, 3]), u.clone()]),
         (Op::WhereCond, vec![u.clone(), f(&[4, 3]), f(&[2, 3])]),
         (
             Op::TakeAlongAxis(0),

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::bail;
 use runner::loading::gguf::is_gguf_path;
-use runner::loading::ASSISTANT_MODEL_TYPES;
+use runner::models::registry::{registration_of, Role};
 use runner::ModelPaths;
 
 /// Check both paths of `paths`: directories, and the target not an MTP drafter.
@@ -41,13 +41,10 @@ fn check_dir(flag: &str, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The `model_type` of `dir/config.json` when it names an MTP drafter (a config that cannot be
-/// read is left to the loader's own errors).
-fn drafter_type(dir: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
-    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let model_type = value.get("model_type")?.as_str()?;
-    ASSISTANT_MODEL_TYPES
-        .contains(&model_type)
-        .then(|| model_type.to_string())
+/// The `model_type` of `dir/config.json` when the registry names it an MTP drafter (a config
+/// that cannot be read is left to the loader's own errors).
+fn drafter_type(dir: &Path) -> Option<&'static str> {
+    registration_of(dir, Role::Drafter)
+        .ok()
+        .map(|r| r.model_type)
 }

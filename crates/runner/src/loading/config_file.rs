@@ -8,12 +8,7 @@ use super::error::{LoadError, LoadResult};
 use crate::models::config::{
     text_config_of, ConfigProblem, Gemma4AssistantConfig, Gemma4TextConfig, ResolvedText,
 };
-
-/// The `model_type`s [`read_target_config`] accepts: the text-only `Gemma4ForCausalLM` layout and
-/// the multimodal `Gemma4ForConditionalGeneration` one Google publishes.
-pub const TARGET_MODEL_TYPES: [&str; 2] = ["gemma4_text", "gemma4"];
-/// The `model_type`s [`read_assistant_config`] accepts.
-pub const ASSISTANT_MODEL_TYPES: [&str; 1] = ["gemma4_assistant"];
+use crate::models::registry::{family_model_types, Family, Role};
 
 /// `config.json` as JSON and its top-level `model_type` (`""` when absent).
 pub fn read_config_json(path: &Path) -> LoadResult<(serde_json::Value, String)> {
@@ -38,7 +33,7 @@ pub fn read_config_json(path: &Path) -> LoadResult<(serde_json::Value, String)> 
 /// a multimodal config), then deserialize it as `T`.
 fn read_typed<T: DeserializeOwned>(
     path: &Path,
-    accepted: &[&'static str],
+    accepted: Vec<&'static str>,
     select: impl FnOnce(&str, serde_json::Value) -> Result<serde_json::Value, ConfigProblem>,
 ) -> LoadResult<T> {
     let (value, found) = read_config_json(path)?;
@@ -46,7 +41,7 @@ fn read_typed<T: DeserializeOwned>(
         return Err(LoadError::UnknownModelType {
             path: path.to_path_buf(),
             found,
-            expected: accepted.to_vec(),
+            expected: accepted,
         });
     }
     let value = select(&found, value).map_err(|p| problem(path, p))?;
@@ -69,9 +64,12 @@ fn problem(path: &Path, p: ConfigProblem) -> LoadError {
     }
 }
 
-/// Read and resolve a target's `config.json` (either layout of [`TARGET_MODEL_TYPES`]).
+/// Read and resolve a Gemma 4 target's `config.json`: a `model_type` the registry gives the
+/// Gemma 4 family as a target (the text-only `Gemma4ForCausalLM` layout, `gemma4_text`, and the
+/// multimodal `Gemma4ForConditionalGeneration` one Google publishes, `gemma4`).
 pub fn read_target_config(path: &Path) -> LoadResult<ResolvedText> {
-    let config: Gemma4TextConfig = read_typed(path, &TARGET_MODEL_TYPES, text_config_of)?;
+    let accepted = family_model_types(Family::Gemma4, Role::Target);
+    let config: Gemma4TextConfig = read_typed(path, accepted, text_config_of)?;
     let resolved = config.resolve().map_err(|p| problem(path, p))?;
     if resolved.cache_layers == 0 {
         return Err(problem(
@@ -82,9 +80,11 @@ pub fn read_target_config(path: &Path) -> LoadResult<ResolvedText> {
     Ok(resolved)
 }
 
-/// Read and resolve an assistant's `config.json`.
+/// Read and resolve a Gemma 4 assistant's `config.json` (a `model_type` the registry gives the
+/// Gemma 4 family as a drafter: `gemma4_assistant`).
 pub fn read_assistant_config(path: &Path) -> LoadResult<(Gemma4AssistantConfig, ResolvedText)> {
-    let config: Gemma4AssistantConfig = read_typed(path, &ASSISTANT_MODEL_TYPES, |_, v| Ok(v))?;
+    let accepted = family_model_types(Family::Gemma4, Role::Drafter);
+    let config: Gemma4AssistantConfig = read_typed(path, accepted, |_, v| Ok(v))?;
     let resolved = config.resolve().map_err(|p| problem(path, p))?;
     Ok((config, resolved))
 }

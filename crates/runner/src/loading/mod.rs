@@ -37,10 +37,7 @@ use mtp_core::quant::QuantScheme;
 use mtp_core::{Backend, DType};
 
 pub use arrays::{ArrayLoader, Matrix, TensorProgress};
-pub use config_file::{
-    read_assistant_config, read_config_json, read_target_config, ASSISTANT_MODEL_TYPES,
-    TARGET_MODEL_TYPES,
-};
+pub use config_file::{read_assistant_config, read_config_json, read_target_config};
 pub use error::{LoadError, LoadResult};
 pub use gguf_arrays::GgufArrays;
 pub use layout::{TextLayout, TOWER_MODULES};
@@ -135,7 +132,7 @@ pub struct LoadReport {
 
 /// Load a Gemma 4 text target from the HF model directory `dir`: the text-only
 /// `Gemma4ForCausalLM` layout or the multimodal `Gemma4ForConditionalGeneration` one (its text
-/// model; towers skipped unread), see [`TARGET_MODEL_TYPES`].
+/// model; towers skipped unread), see [`read_target_config`].
 pub fn load_target<B: Backend>(
     backend: &B,
     dir: &Path,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use mtp_core::{Backend, DType};
 
-use super::config_file::{read_config_json, read_target_config};
+use super::config_file::read_target_config;
 use super::error::LoadResult;
 use super::gguf::{is_gguf_path, GgufFile};
 use super::layout::{TextLayout, TOWER_MODULES};
@@ -14,6 +14,7 @@ use super::tensors::TensorStore;
 use super::{LoadOptions, StoredQuant};
 use crate::models::config::LayerType;
 use crate::models::gemma3::{self, config::resolve_gguf};
+use crate::models::registry::{registration_of, Family, Role};
 
 /// The compute dtype `backend` runs the checkpoint in `dir` best in
 /// ([`Backend::preferred_dtype`] of the dtype most of its weights are stored in).
@@ -150,8 +151,7 @@ pub fn estimate_memory(
         });
     }
     let config_path = target.join("config.json");
-    let (_, model_type) = read_config_json(&config_path)?;
-    if gemma3::MODEL_TYPES.contains(&model_type.as_str()) {
+    if registration_of(target, Role::Target)?.family == Family::Gemma3 {
         let config = gemma3::read_config(&config_path)?;
         let context = context.min(config.max_position_embeddings);
         let layers = config

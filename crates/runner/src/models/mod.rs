@@ -15,4 +15,4 @@ pub mod registry;
 pub use gemma3::Gemma3Target;
 pub use gemma4::Gemma4Target;
 pub use gemma4_assistant::Gemma4Assistant;
-pub use registry::{Family, LoadedTarget};
+pub use registry::{Family, LoadedDrafter, LoadedTarget};

@@ -1,16 +1,20 @@
 //! The `model_type` → model family registry: the one table the loader consults to know which
-//! family builds a checkpoint, and the family-neutral [`LoadedTarget`] a [`Pipeline`] holds.
+//! family builds a checkpoint, and the family-neutral [`LoadedTarget`] and [`LoadedDrafter`] a
+//! [`Pipeline`] holds.
 //!
-//! Adding a family is a folder of model code, a row per `model_type` in [`REGISTRY`], a
-//! [`Family`] and [`LoadedTarget`] variant, and its arm in [`load_target_model`] (and, for a
-//! GGUF architecture, in [`GGUF_REGISTRY`]).
+//! Adding a family is a folder of model code plus, in this file only: a row per `model_type` in
+//! [`REGISTRY`] (targets and drafters), a [`Family`] variant, a [`LoadedTarget`] variant and its
+//! arm in [`load_target_model`] (and, for a GGUF architecture, in [`GGUF_REGISTRY`]), and for a
+//! family with MTP drafters a [`LoadedDrafter`] variant and its arm in [`load_drafter_model`].
+//! Everything else — the proposer kind of a `--draft` directory, the CLI's path checks, the
+//! `model_type`s each family's config reader accepts, the pipeline — reads this table.
 //!
 //! [`Pipeline`]: crate::Pipeline
 
 use std::path::Path;
 
 use mtp_core::cache::CacheSet;
-use mtp_core::model::{TargetModel, TargetOutput};
+use mtp_core::model::{DraftStep, MtpDrafter, TargetModel, TargetOutput};
 use mtp_core::options::MtpDefaults;
 use mtp_core::Backend;
 
@@ -29,6 +33,22 @@ pub enum Family {
     Gemma4,
     /// Gemma 3 text (`models/gemma3/`).
     Gemma3,
+}
+
+impl Family {
+    /// The family's name in messages (`Gemma 4`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Gemma4 => "Gemma 4",
+            Self::Gemma3 => "Gemma 3",
+        }
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// What a checkpoint of a `model_type` is used as.
@@ -106,18 +126,31 @@ pub fn model_types(role: Role) -> Vec<&'static str> {
         .collect()
 }
 
-/// The family registered for the `model_type` of `dir/config.json` in `role`.
-fn family_of(dir: &Path, role: Role) -> LoadResult<Family> {
+/// The `model_type`s registered to `family` for `role` (what that family's config reader
+/// accepts).
+pub fn family_model_types(family: Family, role: Role) -> Vec<&'static str> {
+    REGISTRY
+        .iter()
+        .filter(|r| r.family == family && r.role == role)
+        .map(|r| r.model_type)
+        .collect()
+}
+
+/// The registration of the `model_type` of `dir/config.json` in `role`; any other `model_type`
+/// is [`LoadError::UnknownModelType`] listing those registered for `role`.
+pub fn registration_of(dir: &Path, role: Role) -> LoadResult<&'static Registration> {
     let path = dir.join("config.json");
     let (_, found) = read_config_json(&path)?;
-    match lookup(&found, role) {
-        Some(registration) => Ok(registration.family),
-        None => Err(LoadError::UnknownModelType {
-            path,
-            found,
-            expected: model_types(role),
-        }),
-    }
+    lookup(&found, role).ok_or_else(|| LoadError::UnknownModelType {
+        path,
+        found,
+        expected: model_types(role),
+    })
+}
+
+/// The family registered for the `model_type` of `dir/config.json` in `role`.
+fn family_of(dir: &Path, role: Role) -> LoadResult<Family> {
+    registration_of(dir, role).map(|r| r.family)
 }
 
 /// A loaded target of any registered family.
@@ -259,25 +292,83 @@ pub fn load_gguf_target<B: Backend>(
     }
 }
 
-/// Load the MTP drafter in `dir` for `target`, with the family its `model_type` is registered to
-/// (which must be the target's).
+/// A loaded MTP drafter of any registered family, bound to the target it was loaded for.
+#[derive(Debug)]
+pub enum LoadedDrafter<B: Backend> {
+    /// A Gemma 4 assistant (`gemma4_assistant`).
+    Gemma4(Gemma4Assistant<B>),
+}
+
+impl<B: Backend> LoadedDrafter<B> {
+    /// The family of the drafter (always its target's).
+    pub fn family(&self) -> Family {
+        match self {
+            Self::Gemma4(_) => Family::Gemma4,
+        }
+    }
+
+    /// The Gemma 4 assistant, when it is one.
+    pub fn as_gemma4(&self) -> Option<&Gemma4Assistant<B>> {
+        match self {
+            Self::Gemma4(model) => Some(model),
+        }
+    }
+
+    fn model(&self) -> &dyn MtpDrafter<B> {
+        match self {
+            Self::Gemma4(model) => model,
+        }
+    }
+}
+
+impl<B: Backend> MtpDrafter<B> for LoadedDrafter<B> {
+    fn draft_step(
+        &self,
+        backend: &B,
+        input: &B::Array,
+        position: usize,
+        target_caches: &CacheSet<B>,
+    ) -> Result<DraftStep<B>, B::Error> {
+        self.model()
+            .draft_step(backend, input, position, target_caches)
+    }
+}
+
+/// Load the MTP drafter in `dir` for `target` with the family its `model_type` is registered
+/// to, which must be the target's: a drafter reads its target's caches and embeddings, so a
+/// drafter of another family is [`LoadError::DrafterMismatch`] (naming both families and what
+/// drafts for the target instead), and a `model_type` registered as no drafter is
+/// [`LoadError::UnknownModelType`].
 pub fn load_drafter_model<B: Backend>(
     backend: &B,
     dir: &Path,
     target: &LoadedTarget<B>,
     options: &LoadOptions,
-) -> LoadResult<Gemma4Assistant<B>> {
-    let family = family_of(dir, Role::Drafter)?;
-    match (family, target) {
+) -> LoadResult<LoadedDrafter<B>> {
+    let registration = registration_of(dir, Role::Drafter)?;
+    match (registration.family, target) {
         (Family::Gemma4, LoadedTarget::Gemma4(target)) => {
-            load_assistant(backend, dir, target, options)
+            load_assistant(backend, dir, target, options).map(LoadedDrafter::Gemma4)
         }
-        (_, other) => Err(LoadError::DrafterMismatch {
-            reason: format!(
-                "a {family:?} drafter cannot draft for a {:?} target (Gemma 3 has no MTP \
-                 drafter: use --ngram)",
-                other.family()
-            ),
-        }),
+        (_, other) => Err(family_mismatch(registration, other.family())),
+    }
+}
+
+/// The error of the `drafter` registration given for a target of the `target` family.
+fn family_mismatch(drafter: &Registration, target: Family) -> LoadError {
+    let drafters = family_model_types(target, Role::Drafter);
+    let instead = if drafters.is_empty() {
+        format!("no MTP drafter exists for {target} targets: draft with prompt lookup (--draft-kind ngram)")
+    } else {
+        format!(
+            "a {target} target takes a drafter of model_type {}",
+            drafters.join(" or ")
+        )
+    };
+    LoadError::DrafterMismatch {
+        reason: format!(
+            "a {} drafter (model_type {:?}) cannot draft for a {target} target; {instead}",
+            drafter.family, drafter.model_type
+        ),
     }
 }

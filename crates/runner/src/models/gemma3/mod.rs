@@ -46,8 +46,7 @@ use crate::loading::{
 };
 use weights::TextPart;
 
-/// The HF `model_type`s of Gemma 3: the text layout and the multimodal one.
-pub const MODEL_TYPES: [&str; 2] = ["gemma3_text", "gemma3"];
+use super::registry::{family_model_types, Family, Role};
 
 /// The multimodal checkpoint's modules a text prompt never runs (top level as the published
 /// files have them, or under `model.` as transformers names them in memory).
@@ -69,14 +68,16 @@ fn check_dtype(options: &LoadOptions, path: &Path) -> LoadResult<()> {
     }
 }
 
-/// Read and resolve a Gemma 3 `config.json`.
+/// Read and resolve a Gemma 3 `config.json` (a `model_type` the registry gives the Gemma 3
+/// family: the text layout `gemma3_text` or the multimodal `gemma3`).
 pub fn read_config(path: &Path) -> LoadResult<Gemma3Resolved> {
     let (value, found) = read_config_json(path)?;
-    if !MODEL_TYPES.contains(&found.as_str()) {
+    let accepted = family_model_types(Family::Gemma3, Role::Target);
+    if !accepted.contains(&found.as_str()) {
         return Err(LoadError::UnknownModelType {
             path: path.to_path_buf(),
             found,
-            expected: MODEL_TYPES.to_vec(),
+            expected: accepted,
         });
     }
     // The multimodal layout nests the text model's configuration.
