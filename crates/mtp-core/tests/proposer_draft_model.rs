@@ -8,9 +8,7 @@
 mod common;
 
 use common::*;
-use mtp_core::engine::{
-    CancelToken, DiscardSink, DoneReason, Engine, EvalOverlap, GenerateRequest,
-};
+use mtp_core::engine::{CancelToken, DiscardSink, DoneReason, Engine, GenerateRequest};
 use mtp_core::options::{DecodeMode, ValidationMode};
 use mtp_core::proposer::{DraftModel, ProposerKind};
 use mtp_core::sampling::SamplerOptions;
@@ -67,41 +65,32 @@ fn greedy_with_a_draft_model_equals_plain() {
         }
         let expected = plain(&t, &request);
         let proposer = DraftModel::new(&d, vocab).unwrap();
-        for schedule in [ScheduleKind::Constant, ScheduleKind::Heuristic] {
-            for validation in [
-                ValidationMode::Batched,
-                ValidationMode::Serial,
-                ValidationMode::CompareSerial,
-            ] {
-                for overlap in [EvalOverlap::Never, EvalOverlap::Always] {
-                    request.draft = draft(schedule, validation, rng.random_range(1..7));
-                    let out = Engine::new(&b, &t)
-                        .with_proposer(&proposer)
-                        .with_env(no_env())
-                        .with_overlap(overlap)
-                        .generate(&request, &mut DiscardSink, &CancelToken::new())
-                        .unwrap();
-                    let context = format!(
-                        "seed {seed}, same {same}, {schedule:?}, {validation:?}, {overlap:?}"
-                    );
-                    assert_eq!(
-                        (&out.tokens, out.done_reason),
-                        (&expected.tokens, expected.done_reason),
-                        "{context}"
-                    );
-                    assert_eq!(out.mode, DecodeMode::GreedyMtp);
-                    let stats = out.mtp.unwrap();
-                    assert_eq!(stats.proposer, ProposerKind::Model);
-                    assert_eq!(stats.batch_serial_mismatches, 0);
-                    if same && out.done_reason == DoneReason::Length {
-                        // The target drafting for itself: every draft is its own greedy token
-                        // (an accepted EOS cuts the drafts after it, hence runs that stop are
-                        // left out).
-                        assert_eq!(stats.accepted, stats.drafted, "{context}");
-                    }
-                    accepted += stats.accepted;
-                }
+        for (schedule, validation, overlap) in decode_settings() {
+            request.draft = draft(schedule, validation, rng.random_range(1..7));
+            let out = Engine::new(&b, &t)
+                .with_proposer(&proposer)
+                .with_env(no_env())
+                .with_overlap(overlap)
+                .generate(&request, &mut DiscardSink, &CancelToken::new())
+                .unwrap();
+            let context =
+                format!("seed {seed}, same {same}, {schedule:?}, {validation:?}, {overlap:?}");
+            assert_eq!(
+                (&out.tokens, out.done_reason),
+                (&expected.tokens, expected.done_reason),
+                "{context}"
+            );
+            assert_eq!(out.mode, DecodeMode::GreedyMtp);
+            let stats = out.mtp.unwrap();
+            assert_eq!(stats.proposer, ProposerKind::Model);
+            assert_eq!(stats.batch_serial_mismatches, 0);
+            if same && out.done_reason == DoneReason::Length {
+                // The target drafting for itself: every draft is its own greedy token
+                // (an accepted EOS cuts the drafts after it, hence runs that stop are
+                // left out).
+                assert_eq!(stats.accepted, stats.drafted, "{context}");
             }
+            accepted += stats.accepted;
         }
     }
     assert!(accepted > 3000, "only {accepted} drafts accepted");

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use mtp_core::engine::{CancelToken, DiscardSink, Engine, EvalOverlap, GenerateRequest};
+use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
 use mtp_core::options::{DecodeMode, ValidationMode};
 use mtp_core::proposer::{
     Draft, NgramOptions, NgramProposer, Proposer, ProposerKind, ProposerRun, RoundContext,
@@ -65,32 +65,24 @@ fn greedy_prompt_lookup_equals_plain() {
         let min = rng.random_range(1..3);
         let ngram =
             NgramProposer::new(NgramOptions::new(min, min + rng.random_range(0..4)).unwrap());
-        for schedule in [ScheduleKind::Constant, ScheduleKind::Heuristic] {
-            for validation in [
-                ValidationMode::Batched,
-                ValidationMode::Serial,
-                ValidationMode::CompareSerial,
-            ] {
-                for overlap in [EvalOverlap::Never, EvalOverlap::Always] {
-                    request.draft = draft(schedule, validation, rng.random_range(1..7));
-                    let out = Engine::new(&b, &t)
-                        .with_proposer(&ngram)
-                        .with_env(no_env())
-                        .with_overlap(overlap)
-                        .generate(&request, &mut DiscardSink, &CancelToken::new())
-                        .unwrap();
-                    assert_eq!(
-                        (&out.tokens, out.done_reason),
-                        (&expected.tokens, expected.done_reason),
-                        "seed {seed}, {schedule:?}, {validation:?}, {overlap:?}, prompt {:?}",
-                        request.prompt
-                    );
-                    assert_eq!(out.mode, DecodeMode::GreedyMtp);
-                    let stats = out.mtp.unwrap();
-                    assert_eq!(stats.batch_serial_mismatches, 0);
-                    accepted += stats.accepted;
-                }
-            }
+        for (schedule, validation, overlap) in decode_settings() {
+            request.draft = draft(schedule, validation, rng.random_range(1..7));
+            let out = Engine::new(&b, &t)
+                .with_proposer(&ngram)
+                .with_env(no_env())
+                .with_overlap(overlap)
+                .generate(&request, &mut DiscardSink, &CancelToken::new())
+                .unwrap();
+            assert_eq!(
+                (&out.tokens, out.done_reason),
+                (&expected.tokens, expected.done_reason),
+                "seed {seed}, {schedule:?}, {validation:?}, {overlap:?}, prompt {:?}",
+                request.prompt
+            );
+            assert_eq!(out.mode, DecodeMode::GreedyMtp);
+            let stats = out.mtp.unwrap();
+            assert_eq!(stats.batch_serial_mismatches, 0);
+            accepted += stats.accepted;
         }
     }
     // Lookup pays on these prompts: many drafts were accepted.

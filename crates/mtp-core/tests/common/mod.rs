@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use mtp_core::cache::CacheSet;
-use mtp_core::engine::{CancelToken, DiscardSink, Engine, EnvLookup, GenerateRequest, Response};
+use mtp_core::engine::{
+    CancelToken, DiscardSink, Engine, EnvLookup, EvalOverlap, GenerateRequest, Response,
+};
 use mtp_core::model::{MtpDrafter, TargetModel};
 use mtp_core::options::{DraftOverrides, ValidationMode};
 use mtp_core::reference::ReferenceBackend;
@@ -123,4 +125,22 @@ pub fn exact_first_two(t: &TinyTarget<B>, probe: &GenerateRequest) -> Vec<f64> {
         }
     }
     expected
+}
+
+/// Every combination of the varying schedules, the validation modes and the evaluation
+/// overlap that an "equals plain greedy" property test runs a proposer under.
+pub fn decode_settings() -> Vec<(ScheduleKind, ValidationMode, EvalOverlap)> {
+    let mut settings = Vec::new();
+    for schedule in [ScheduleKind::Constant, ScheduleKind::Heuristic] {
+        for validation in [
+            ValidationMode::Batched,
+            ValidationMode::Serial,
+            ValidationMode::CompareSerial,
+        ] {
+            for overlap in [EvalOverlap::Never, EvalOverlap::Always] {
+                settings.push((schedule, validation, overlap));
+            }
+        }
+    }
+    settings
 }
