@@ -9,11 +9,14 @@ mod common;
 
 use common::*;
 use mtp_core::engine::{CancelToken, DiscardSink, DoneReason, Engine, GenerateRequest};
+use mtp_core::model::TargetModel;
 use mtp_core::options::{DecodeMode, ValidationMode};
-use mtp_core::proposer::{DraftModel, ProposerKind};
-use mtp_core::sampling::SamplerOptions;
+use mtp_core::proposer::{
+    DraftMode, DraftModel, Proposer, ProposerKind, ProposerRun, RoundContext,
+};
+use mtp_core::sampling::{Sampler, SamplerOptions};
 use mtp_core::schedule::ScheduleKind;
-use mtp_core::testing::{CacheFlavor, LayerKind, TinyConfig};
+use mtp_core::testing::{CacheFlavor, LayerKind, TinyConfig, TinyTarget};
 use mtp_core::CoreError;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -175,20 +178,9 @@ fn sampled_with_a_draft_model_keeps_the_target_distribution() {
     for penalties in [false, true] {
         let expected = exact_first_two(&t, &sampled_request(0, 2, penalties));
         let draws = 8_000;
-        let (mut counts, mut accepted, mut drafted) = (vec![0usize; vocab * vocab], 0, 0);
-        for seed in 0..draws {
-            let out = engine
-                .generate(
-                    &sampled_request(seed, 4, penalties),
-                    &mut DiscardSink,
-                    &CancelToken::new(),
-                )
-                .unwrap();
-            counts[out.tokens[0] as usize * vocab + out.tokens[1] as usize] += 1;
-            let stats = out.mtp.unwrap();
-            accepted += stats.accepted;
-            drafted += stats.drafted;
-        }
+        let (counts, accepted, drafted) = first_two_counts(&engine, vocab, draws, |seed| {
+            sampled_request(seed, 4, penalties)
+        });
         // A different model: a good share of drafts is accepted, and a good share rejected.
         assert!(
             accepted * 10 > drafted && accepted * 10 < drafted * 9,
@@ -211,4 +203,73 @@ fn a_draft_model_with_another_vocabulary_is_refused() {
         "unexpected error {err}"
     );
     assert!(err.to_string().contains("vocabulary"), "{err}");
+}
+
+/// The drafts a fresh draft-model run proposes for `history` (its prompt: all but the last).
+fn fresh_drafts(d: &TinyTarget<B>, t: &TinyTarget<B>, history: &[u32], depth: usize) -> Vec<u32> {
+    let b = B::default();
+    let proposer = DraftModel::new(d, d.config().vocab).unwrap();
+    let mut run = proposer.start(&b, &history[..history.len() - 1]).unwrap();
+    propose(&mut *run, t, history, depth)
+}
+
+fn propose(
+    run: &mut dyn ProposerRun<B>,
+    t: &TinyTarget<B>,
+    history: &[u32],
+    depth: usize,
+) -> Vec<u32> {
+    let b = B::default();
+    let caches = t.new_caches(&b).unwrap();
+    let mut sampler =
+        Sampler::new(GenerateRequest::greedy(vec![0], 1).sampling, &history[..1]).unwrap();
+    let mut round = RoundContext {
+        backend: &b,
+        target: t,
+        history,
+        current: history[history.len() - 1],
+        hidden: None,
+        position: history.len() - 1,
+        caches: &caches,
+        sampler: &mut sampler,
+        mode: DraftMode::Greedy,
+        overlap: false,
+    };
+    let draft = run.propose(&mut round, depth).unwrap().expect("drafts");
+    draft.host.expect("host ids")
+}
+
+#[test]
+fn a_history_rewritten_behind_the_draft_caches_is_followed() {
+    let b = B::default();
+    // Full caches (cut back) and a short sliding window that has wrapped (rebuilt).
+    for layers in [
+        vec![LayerKind::Full],
+        vec![LayerKind::Sliding { window: 2 }, LayerKind::Full],
+    ] {
+        let config = TinyConfig {
+            vocab: 16,
+            layers,
+            ..TinyConfig::default()
+        };
+        let (t, d) = (target(config.clone()), target(config));
+        let proposer = DraftModel::new(&d, 16).unwrap();
+        let prompt = [1u32, 7, 3, 9, 4, 11];
+        let mut run = proposer.start(&b, &prompt).unwrap();
+        let mut first = prompt.to_vec();
+        first.push(5);
+        propose(&mut *run, &t, &first, 3);
+        // Another continuation after the same prompt, then one that rewrites the prompt.
+        for history in [
+            vec![1, 7, 3, 9, 4, 11, 8, 2],
+            vec![1, 7, 3, 6, 13],
+            vec![1, 7, 3, 6, 13, 0, 12, 2],
+        ] {
+            assert_eq!(
+                propose(&mut *run, &t, &history, 3),
+                fresh_drafts(&d, &t, &history, 3),
+                "{history:?}"
+            );
+        }
+    }
 }

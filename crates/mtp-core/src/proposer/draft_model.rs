@@ -135,7 +135,9 @@ impl<B: Backend> DraftRun<'_, B> {
         Ok(())
     }
 
-    /// The next draft from `logits` (`[1, 1, vocab]`): its device id `[1, 1]` and host id.
+    /// The next draft from `logits` (`[1, 1, vocab]`): the argmax (greedy) or a draw from
+    /// the request's sampler (sampled, `drafted` the penalty prefix; its distribution goes to
+    /// `dists`).
     fn pick(
         &self,
         round: &mut RoundContext<'_, B>,
@@ -143,7 +145,7 @@ impl<B: Backend> DraftRun<'_, B> {
         position: usize,
         drafted: &[u32],
         dists: &mut Vec<crate::sampling::Distribution>,
-    ) -> Result<(B::Array, u32), B::Error> {
+    ) -> Result<u32, B::Error> {
         let backend = round.backend;
         match round.mode {
             DraftMode::Sampled => {
@@ -151,15 +153,14 @@ impl<B: Backend> DraftRun<'_, B> {
                 let q = round.sampler.distribution_of(rows.row(0), drafted)?;
                 let id = round.sampler.sample(&q);
                 dists.push(q);
-                Ok((backend.from_u32(&[id], &[1, 1])?, id))
+                Ok(id)
             }
             DraftMode::Greedy => {
-                let id = backend.reshape(&backend.argmax(logits, 2)?, &[1, 1])?;
-                let host = backend.to_vec_u32(&id)?;
-                let first = host.first().copied().ok_or_else(|| {
-                    CoreError::Model("the draft model's argmax returned no id".into())
-                })?;
-                Ok((id, first))
+                // The next step feeds this id, so it is read here either way.
+                let id = backend.to_vec_u32(&backend.argmax(logits, 2)?)?;
+                id.first().copied().ok_or_else(|| {
+                    CoreError::Model("the draft model's argmax returned no id".into()).into()
+                })
             }
         }
     }
@@ -199,28 +200,23 @@ impl<B: Backend> ProposerRun<B> for DraftRun<'_, B> {
             depth > 1 && self.caches.begin_speculation(backend)? == SpeculationSupport::Started;
         let depth = if speculating { depth } else { 1 };
         let mut host = Vec::with_capacity(depth);
-        let mut arrays = Vec::with_capacity(depth);
         let mut dists = Vec::new();
         for j in 0..depth {
             let position = committed.len() + 1 + j;
-            let (id, host_id) = self.pick(round, &logits, position, &host, &mut dists)?;
-            host.push(host_id);
-            arrays.push(id.clone());
+            let id = self.pick(round, &logits, position, &host, &mut dists)?;
+            host.push(id);
             if j + 1 < depth {
-                logits = match self.feed(backend, &[host_id])? {
+                logits = match self.feed(backend, &[id])? {
                     Some(l) => l,
                     None => break,
                 };
-                self.speculative.push(host_id);
+                self.speculative.push(id);
             }
         }
-        let refs: Vec<&B::Array> = arrays.iter().collect();
-        let tokens = backend.concat(&refs, 1)?;
         let sampled = round.mode == DraftMode::Sampled;
-        Ok(Some(Draft {
-            tokens,
-            host: Some(host),
+        Ok(Draft::from_host(backend, host)?.map(|draft| Draft {
             dists: sampled.then_some(dists),
+            ..draft
         }))
     }
 }
