@@ -164,21 +164,8 @@ fn sampled_point_mass_proposals_keep_the_target_distribution() {
             .with_proposer(proposer)
             .with_env(no_env());
         let draws = 8_000;
-        let (mut counts, mut accepted, mut drafted) = (vec![0usize; vocab * vocab], 0, 0);
-        for seed in 0..draws {
-            let out = engine
-                .generate(
-                    &sampled_request(seed, 4),
-                    &mut DiscardSink,
-                    &CancelToken::new(),
-                )
-                .unwrap();
-            assert_eq!(out.mode, DecodeMode::SampledMtp);
-            counts[out.tokens[0] as usize * vocab + out.tokens[1] as usize] += 1;
-            let stats = out.mtp.unwrap();
-            accepted += stats.accepted;
-            drafted += stats.drafted;
-        }
+        let (counts, accepted, drafted) =
+            first_two_counts(&engine, vocab, draws, |seed| sampled_request(seed, 4));
         // Both accept and reject a good share of point-mass drafts.
         assert!(
             accepted * 40 > drafted && accepted * 10 < drafted * 9,

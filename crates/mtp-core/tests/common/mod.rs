@@ -144,3 +144,26 @@ pub fn decode_settings() -> Vec<(ScheduleKind, ValidationMode, EvalOverlap)> {
     }
     settings
 }
+
+/// What `draws` seeded sampled generations by `engine` give: the counts of their first two
+/// tokens (indexed as [`exact_first_two`]), and the accepted and drafted totals. Each run
+/// must be sampled MTP.
+pub fn first_two_counts(
+    engine: &Engine<'_, B>,
+    vocab: usize,
+    draws: u64,
+    request: impl Fn(u64) -> GenerateRequest,
+) -> (Vec<usize>, usize, usize) {
+    let (mut counts, mut accepted, mut drafted) = (vec![0usize; vocab * vocab], 0, 0);
+    for seed in 0..draws {
+        let out = engine
+            .generate(&request(seed), &mut DiscardSink, &CancelToken::new())
+            .expect("sampled decode runs");
+        assert_eq!(out.mode, mtp_core::options::DecodeMode::SampledMtp);
+        counts[out.tokens[0] as usize * vocab + out.tokens[1] as usize] += 1;
+        let stats = out.mtp.expect("speculative statistics");
+        accepted += stats.accepted;
+        drafted += stats.drafted;
+    }
+    (counts, accepted, drafted)
+}

@@ -33,7 +33,7 @@ use self::cost::CostModels;
 use self::measure::{deepest_draft, run_passes, Workload};
 use self::plan::Plan;
 use self::report::{Context, ControllerReport, Report, Setup};
-use self::timed::{ModelClock, TimedDraftModel, TimedDrafter, TimedTarget};
+use self::timed::{ModelClock, ModelRole, TimedDrafter, TimedTarget};
 use super::backend::{with_backend, AnyBackend};
 use super::console;
 use super::load_plan::prepare_load;
@@ -103,13 +103,13 @@ fn run_on<B: Backend>(
     let work = Workload::new(plan, &prompt_ids, pipeline.tokenizer().eos_ids());
 
     let clock = ModelClock::new(plan.model_clock);
-    let timed_target = TimedTarget::new(pipeline.target(), &clock);
+    let timed_target = TimedTarget::new(pipeline.target(), &clock, ModelRole::Target);
     let timed_drafter = pipeline.drafter().map(|d| TimedDrafter::new(d, &clock));
     let timed_draft_model = pipeline
         .draft_model()
         .map(|m| {
             DraftModel::new(
-                TimedDraftModel::new(m, &clock),
+                TimedTarget::new(m, &clock, ModelRole::DraftModel),
                 pipeline.target().vocab_size(),
             )
         })
@@ -125,9 +125,6 @@ fn run_on<B: Backend>(
     }
     if let Some(ngram) = pipeline.ngram() {
         engine = engine.also_proposer(ngram);
-    }
-    if !proposers.is_speculative() {
-        bail!("no proposer was loaded");
     }
     let max_width = plan.max_width.max(deepest_draft(&engine, &work)? + 1);
     let context_ids = cost_context(&pipeline, &prompt_ids, plan.num_predict, max_width)?;

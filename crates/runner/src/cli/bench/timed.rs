@@ -98,16 +98,27 @@ fn timed<B: Backend, T>(
     Ok((value, t0.elapsed()))
 }
 
-/// A [`TargetModel`] that times its inner model's calls on a [`ModelClock`].
+/// Whose work a [`TimedTarget`]'s calls are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelRole {
+    /// The target: its prompt forward counts as prefill, later calls as target time.
+    Target,
+    /// A draft model: every call (its prompt prefill and catch-up forwards included) is
+    /// drafter time, since it runs inside rounds or at the proposer's start.
+    DraftModel,
+}
+
+/// A [`TargetModel`] that times its inner model's calls on a [`ModelClock`], as `role`'s work.
 pub struct TimedTarget<'a, B: Backend> {
     inner: &'a dyn TargetModel<B>,
     clock: &'a ModelClock,
+    role: ModelRole,
 }
 
 impl<'a, B: Backend> TimedTarget<'a, B> {
-    /// Time `inner` on `clock`.
-    pub fn new(inner: &'a dyn TargetModel<B>, clock: &'a ModelClock) -> Self {
-        Self { inner, clock }
+    /// Time `inner` on `clock` as `role`'s work.
+    pub fn new(inner: &'a dyn TargetModel<B>, clock: &'a ModelClock, role: ModelRole) -> Self {
+        Self { inner, clock, role }
     }
 }
 
@@ -137,6 +148,10 @@ impl<B: Backend> TargetModel<B> for TimedTarget<'_, B> {
             || self.inner.forward(backend, ids, start, caches),
             |o: &TargetOutput<B>| vec![&o.hidden, &o.draft_hidden],
         )?;
+        if self.role == ModelRole::DraftModel {
+            ModelClock::add(&self.clock.drafter, elapsed);
+            return Ok(out);
+        }
         // The engine's prefill is the one forward that starts at position 0.
         if start == 0 {
             self.clock.in_prefill.set(true);
@@ -157,7 +172,9 @@ impl<B: Backend> TargetModel<B> for TimedTarget<'_, B> {
             || self.inner.unembed(backend, hidden),
             |l| vec![l],
         )?;
-        if self.clock.in_prefill.replace(false) {
+        if self.role == ModelRole::DraftModel {
+            ModelClock::add(&self.clock.drafter, elapsed);
+        } else if self.clock.in_prefill.replace(false) {
             ModelClock::add(&self.clock.prefill, elapsed);
         } else {
             ModelClock::add(&self.clock.target, elapsed);
@@ -214,75 +231,5 @@ impl<B: Backend> MtpDrafter<B> for TimedDrafter<'_, B> {
         )?;
         ModelClock::add(&self.clock.drafter, elapsed);
         Ok(step)
-    }
-}
-
-/// A draft model (a [`TargetModel`] drafting for the target) whose every call counts as
-/// drafter time on a [`ModelClock`]: its prompt prefill and catch-up forwards included, since
-/// they run inside rounds or at the proposer's start, never as the target's work.
-pub struct TimedDraftModel<'a, B: Backend> {
-    inner: &'a dyn TargetModel<B>,
-    clock: &'a ModelClock,
-}
-
-impl<'a, B: Backend> TimedDraftModel<'a, B> {
-    /// Time `inner` on `clock` as drafter work.
-    pub fn new(inner: &'a dyn TargetModel<B>, clock: &'a ModelClock) -> Self {
-        Self { inner, clock }
-    }
-
-    fn time<T>(
-        &self,
-        backend: &B,
-        call: impl FnOnce() -> Result<T, B::Error>,
-        outputs: impl Fn(&T) -> Vec<&B::Array>,
-    ) -> Result<T, B::Error> {
-        let (value, elapsed) = timed(backend, self.clock.mode, call, outputs)?;
-        ModelClock::add(&self.clock.drafter, elapsed);
-        Ok(value)
-    }
-}
-
-impl<B: Backend> TargetModel<B> for TimedDraftModel<'_, B> {
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-
-    fn max_context(&self) -> usize {
-        self.inner.max_context()
-    }
-
-    fn new_caches(&self, backend: &B) -> Result<CacheSet<B>, B::Error> {
-        self.inner.new_caches(backend)
-    }
-
-    fn forward(
-        &self,
-        backend: &B,
-        ids: &B::Array,
-        start: usize,
-        caches: &mut CacheSet<B>,
-    ) -> Result<TargetOutput<B>, B::Error> {
-        self.time(
-            backend,
-            || self.inner.forward(backend, ids, start, caches),
-            |o: &TargetOutput<B>| vec![&o.hidden, &o.draft_hidden],
-        )
-    }
-
-    fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
-        self.time(backend, || self.inner.unembed(backend, hidden), |l| vec![l])
-    }
-
-    fn token_embeddings(&self, backend: &B, ids: &B::Array) -> Result<B::Array, B::Error> {
-        self.time(
-            backend,
-            || self.inner.token_embeddings(backend, ids),
-            |e| vec![e],
-        )
-    }
-
-    fn mtp_defaults(&self) -> MtpDefaults {
-        self.inner.mtp_defaults()
     }
 }
