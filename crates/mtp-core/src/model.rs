@@ -18,6 +18,18 @@ pub struct TargetOutput<B: Backend> {
     pub draft_hidden: B::Array,
 }
 
+/// One sequence's part of a batched target forward ([`TargetModel::forward_batch`]): its tokens
+/// `[1, t]` at positions `start .. start + t`, and its own caches.
+#[derive(Debug)]
+pub struct ForwardJob<'a, B: Backend> {
+    /// The tokens, `[1, t]` (`U32`); `t` may differ between the jobs of a batch (ragged).
+    pub ids: &'a B::Array,
+    /// The position of the first token.
+    pub start: usize,
+    /// This sequence's caches (they receive its keys and values).
+    pub caches: &'a mut CacheSet<B>,
+}
+
 /// The target model: the one whose output speculative decoding must reproduce exactly.
 pub trait TargetModel<B: Backend> {
     /// Vocabulary size (the last dim of the logits).
@@ -41,6 +53,43 @@ pub trait TargetModel<B: Backend> {
 
     /// Logits `[1, t, vocab]` (f32) for final hidden states `[1, t, hidden]`.
     fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error>;
+
+    /// Several sequences' forwards at once (continuous batching): output `i` is what
+    /// [`forward`](Self::forward) would return for job `i` alone, and each job's caches receive
+    /// exactly its own keys and values. The default runs the jobs one after another; a model
+    /// overrides it to pack the rows of every job into one pass through its weights (the
+    /// position-wise layers), so a batch reads each weight once.
+    fn forward_batch(
+        &self,
+        backend: &B,
+        jobs: &mut [ForwardJob<'_, B>],
+    ) -> Result<Vec<TargetOutput<B>>, B::Error> {
+        jobs.iter_mut()
+            .map(|job| self.forward(backend, job.ids, job.start, job.caches))
+            .collect()
+    }
+
+    /// Logits for several hidden-state blocks `[1, t_i, hidden]` at once: the blocks are joined
+    /// along the sequence axis, unembedded in one pass (the head is position-wise) and split
+    /// again, so a batch reads the output head once.
+    fn unembed_batch(&self, backend: &B, hiddens: &[&B::Array]) -> Result<Vec<B::Array>, B::Error> {
+        match hiddens {
+            [] => Ok(Vec::new()),
+            [one] => Ok(vec![self.unembed(backend, one)?]),
+            _ => {
+                let joined = backend.concat(hiddens, 1)?;
+                let logits = self.unembed(backend, &joined)?;
+                let mut out = Vec::with_capacity(hiddens.len());
+                let mut at = 0;
+                for h in hiddens {
+                    let t = backend.shape(h)[1];
+                    out.push(backend.slice(&logits, 1, at, t)?);
+                    at += t;
+                }
+                Ok(out)
+            }
+        }
+    }
 
     /// The input embeddings of `ids` (`[1, t]`) as the drafter consumes them, `[1, t, hidden]`.
     fn token_embeddings(&self, backend: &B, ids: &B::Array) -> Result<B::Array, B::Error>;
@@ -76,6 +125,18 @@ impl<B: Backend, T: TargetModel<B> + ?Sized> TargetModel<B> for &T {
 
     fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
         (**self).unembed(backend, hidden)
+    }
+
+    fn forward_batch(
+        &self,
+        backend: &B,
+        jobs: &mut [ForwardJob<'_, B>],
+    ) -> Result<Vec<TargetOutput<B>>, B::Error> {
+        (**self).forward_batch(backend, jobs)
+    }
+
+    fn unembed_batch(&self, backend: &B, hiddens: &[&B::Array]) -> Result<Vec<B::Array>, B::Error> {
+        (**self).unembed_batch(backend, hiddens)
     }
 
     fn token_embeddings(&self, backend: &B, ids: &B::Array) -> Result<B::Array, B::Error> {

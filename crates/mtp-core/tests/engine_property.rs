@@ -14,41 +14,12 @@ use mtp_core::model::{MtpDrafter, TargetModel};
 use mtp_core::options::{DecodeMode, ValidationMode};
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
-use mtp_core::testing::{LayerKind, TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget};
+use mtp_core::testing::{TinyDrafter, TinyDrafterConfig, TinyTarget};
 use mtp_core::CoreError;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 const INSTANCES: u64 = 200;
-
-fn random_config(rng: &mut ChaCha8Rng, seed: u64) -> TinyConfig {
-    let (heads, kv_heads) = [(2, 1), (4, 2), (2, 2), (4, 1)][rng.random_range(0..4)];
-    let layers = (0..rng.random_range(1..4))
-        .map(|_| {
-            if rng.random_bool(0.5) {
-                LayerKind::Full
-            } else {
-                LayerKind::Sliding {
-                    window: rng.random_range(1..7),
-                }
-            }
-        })
-        .collect();
-    TinyConfig {
-        vocab: rng.random_range(6..48),
-        hidden: [8, 16][rng.random_range(0..2)],
-        heads,
-        kv_heads,
-        head_dim: [4, 8][rng.random_range(0..2)],
-        mlp: 16,
-        layers,
-        max_context: 64,
-        softcap: rng.random_bool(0.5).then_some(rng.random_range(5.0..40.0)),
-        gain: rng.random_range(0.5..2.0),
-        seed,
-        ..TinyConfig::default()
-    }
-}
 
 /// One random instance: target, request and drafter.
 struct Instance {

@@ -55,6 +55,7 @@
 //! target's distribution (Leviathan et al. 2023; Chen et al. 2023). Both are property-tested in
 //! this crate against the plain loop, which is written separately as the oracle.
 
+pub mod batch;
 mod greedy_verify;
 mod overlap;
 mod plain;
@@ -161,6 +162,16 @@ pub struct Engine<'m, B: Backend> {
     env: EnvLookup,
     overlap: EvalOverlap,
     schedules: ScheduleMemory,
+    /// Asked before each round whether to draft at all (a batch's policy); `None`: always.
+    switch: Option<&'m dyn SpeculationSwitch>,
+}
+
+/// Says, before each speculative round, whether the round may draft; a round that may not is a
+/// plain step. A continuous batch uses it to turn speculation off where it stops paying at the
+/// current batch size ([`batch`]).
+pub trait SpeculationSwitch {
+    /// Whether the next round may draft.
+    fn speculate(&self) -> bool;
 }
 
 /// What the engine drafts with: borrowed, so an engine is cheap to clone and drops nothing.
@@ -214,7 +225,21 @@ impl<'m, B: Backend> Engine<'m, B> {
             env: Arc::new(|key| std::env::var(key).ok()),
             overlap: EvalOverlap::default(),
             schedules: ScheduleMemory::new(),
+            switch: None,
         }
+    }
+
+    /// The same engine verifying with `target` instead (a continuous batch hands each sequence
+    /// a target that joins the batch's forwards).
+    pub fn with_target(mut self, target: &'m dyn TargetModel<B>) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// Ask `switch` before each speculative round whether to draft (see [`SpeculationSwitch`]).
+    pub fn with_switch(mut self, switch: &'m dyn SpeculationSwitch) -> Self {
+        self.switch = Some(switch);
+        self
     }
 
     /// Keep the adaptive schedule's learned state in `schedules` (shared with whoever holds a
@@ -413,7 +438,8 @@ impl<'m, B: Backend> Engine<'m, B> {
                     mode,
                     self.overlap,
                 )
-                .keep_schedule_in(&self.schedules);
+                .keep_schedule_in(&self.schedules)
+                .with_switch(self.switch);
                 run.run()?;
                 let stats = run.into_stats();
                 stats.trace(session.generated());

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use super::overlap::EvalOverlap;
 use super::session::Session;
 use super::stats::{MtpStats, ProposerCounts};
+use super::SpeculationSwitch;
 use crate::acceptance::{AcceptanceRules, RoundEnd, Verdict};
 use crate::options::{DecodeMode, MtpOptions, ValidationMode};
 use crate::proposer::{DraftMode, ProposerKind, ProposerRun, RoundContext};
@@ -64,6 +65,8 @@ pub(super) struct SpeculativeRun<'r, 's, B: Backend> {
     pub stats: MtpStats,
     /// Whether the evaluation overlap is on (see [`EvalOverlap`]).
     overlap: bool,
+    /// Asked before each round whether to draft (see [`SpeculationSwitch`]).
+    switch: Option<&'r dyn SpeculationSwitch>,
 }
 
 impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
@@ -112,7 +115,14 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             rules,
             mode,
             stats,
+            switch: None,
         }
+    }
+
+    /// Ask `switch` before each round whether to draft (`None`: always).
+    pub fn with_switch(mut self, switch: Option<&'r dyn SpeculationSwitch>) -> Self {
+        self.switch = switch;
+        self
     }
 
     /// Keep each proposer's schedule state in `schedules`, under the key of the proposer
@@ -188,6 +198,9 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         remaining: usize,
         asked: &mut Vec<usize>,
     ) -> Result<Option<Proposal<B>>, B::Error> {
+        if self.switch.is_some_and(|s| !s.speculate()) {
+            return Ok(None);
+        }
         for arm in self.order() {
             asked.push(arm);
             let depth = self.depth(arm, validation, remaining);

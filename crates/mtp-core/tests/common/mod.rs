@@ -15,8 +15,10 @@ use mtp_core::options::{DraftOverrides, ValidationMode};
 use mtp_core::reference::ReferenceBackend;
 use mtp_core::sampling::Sampler;
 use mtp_core::schedule::ScheduleKind;
-use mtp_core::testing::{ScriptedDrafter, TinyConfig, TinyTarget};
+use mtp_core::testing::{LayerKind, ScriptedDrafter, TinyConfig, TinyTarget};
 use mtp_core::Backend;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
 
 pub type B = ReferenceBackend;
 
@@ -166,4 +168,34 @@ pub fn first_two_counts(
         drafted += stats.drafted;
     }
     (counts, accepted, drafted)
+}
+
+/// A random tiny target configuration (1-3 layers, full and sliding, random widths).
+pub fn random_config(rng: &mut ChaCha8Rng, seed: u64) -> TinyConfig {
+    let (heads, kv_heads) = [(2, 1), (4, 2), (2, 2), (4, 1)][rng.random_range(0..4)];
+    let layers = (0..rng.random_range(1..4))
+        .map(|_| {
+            if rng.random_bool(0.5) {
+                LayerKind::Full
+            } else {
+                LayerKind::Sliding {
+                    window: rng.random_range(1..7),
+                }
+            }
+        })
+        .collect();
+    TinyConfig {
+        vocab: rng.random_range(6..48),
+        hidden: [8, 16][rng.random_range(0..2)],
+        heads,
+        kv_heads,
+        head_dim: [4, 8][rng.random_range(0..2)],
+        mlp: 16,
+        layers,
+        max_context: 64,
+        softcap: rng.random_bool(0.5).then_some(rng.random_range(5.0..40.0)),
+        gain: rng.random_range(0.5..2.0),
+        seed,
+        ..TinyConfig::default()
+    }
 }
