@@ -24,7 +24,7 @@ use runner::server::{
 use runner::tokenizer::{ChatMessage, ChatOptions, ChatTemplate, Tokenizer};
 use runner::{Pipeline, PromptFormat};
 use serde_json::{json, Value};
-use server_support::{call, pair, worker, NAME};
+use server_support::{batched_worker, call, pair, worker, NAME};
 use tower::ServiceExt;
 
 const PROMPT: &str = "In the beginning God created";
@@ -109,7 +109,12 @@ struct Server {
 }
 
 fn start(config: ServerConfig, queue: usize) -> Server {
-    let worker = worker(queue);
+    start_parallel(config, queue, 1)
+}
+
+/// [`start`] with a worker generating up to `parallel` requests at once.
+fn start_parallel(config: ServerConfig, queue: usize, parallel: usize) -> Server {
+    let worker = batched_worker(queue, parallel);
     let ends = Arc::new(Mutex::new(Vec::new()));
     let engine = Recording {
         inner: worker,
@@ -912,10 +917,10 @@ fn stream_over_tcp(addr: std::net::SocketAddr, prompt: &str, num_predict: usize)
     text
 }
 
-/// 32 concurrent streaming clients over real sockets, and one more killed mid-stream: every one
-/// of the 32 gets its complete greedy text, byte-identical to a solo run of the pipeline, with a
-/// final object; the killed client disturbs none of them (its job is cancelled at the next
-/// round and the queue moves on).
+/// 32 concurrent streaming clients over real sockets, and one more killed mid-stream, served
+/// concurrently (a continuous batch of up to 8): every one of the 32 gets its complete greedy
+/// text, byte-identical to a solo run of the pipeline, with a final object; the killed client
+/// disturbs none of them (its job is cancelled at the next round and the queue moves on).
 #[test]
 fn thirty_two_concurrent_streams_get_their_exact_text_despite_a_killed_client() {
     use std::io::Read;
@@ -933,7 +938,7 @@ fn thirty_two_concurrent_streams_get_their_exact_text_despite_a_killed_client() 
     let rt = runtime();
     let ends = Arc::new(Mutex::new(Vec::new()));
     let engine = Recording {
-        inner: worker(40),
+        inner: batched_worker(40, 8),
         ends: ends.clone(),
     };
     let state = AppState::new(Arc::new(engine), ServerConfig::default());
@@ -986,7 +991,18 @@ fn thirty_two_concurrent_streams_get_their_exact_text_despite_a_killed_client() 
 /// diverging conversation then reuses only what it shares, and is exact too.
 #[test]
 fn a_second_chat_turn_reuses_the_first_turns_caches_and_stays_exact() {
-    let s = start(ServerConfig::default(), 4);
+    second_chat_turn(1);
+}
+
+/// The same with a batching worker: the turn takes the kept caches that share its prefix from
+/// the pool.
+#[test]
+fn a_batching_worker_reuses_caches_too() {
+    second_chat_turn(4);
+}
+
+fn second_chat_turn(parallel: usize) {
+    let s = start_parallel(ServerConfig::default(), 4, parallel);
     let rt = runtime();
     rt.block_on(async {
         let turn = |messages: &[(&str, String)]| {
@@ -1043,10 +1059,16 @@ fn a_second_chat_turn_reuses_the_first_turns_caches_and_stays_exact() {
 /// period, the queued ones before they start), none is cut mid-line, and the server returns.
 #[test]
 fn shutdown_during_several_streams_ends_each_with_a_final_object() {
+    shutdown_during_streams(1);
+    // Batched: two generating at once, two queued.
+    shutdown_during_streams(2);
+}
+
+fn shutdown_during_streams(parallel: usize) {
     use std::io::Read;
     let rt = runtime();
     let state = AppState::new(
-        Arc::new(worker(8)),
+        Arc::new(batched_worker(8, parallel)),
         ServerConfig {
             shutdown_grace: Duration::from_millis(200),
             ..ServerConfig::default()

@@ -52,7 +52,13 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
         sampling,
     };
     with_backend!(backend, |b| {
-        let options = prepare_load(&b, &args.model, &paths, proposers.model.as_deref(), context)?;
+        let options = prepare_load(
+            &b,
+            &args.model,
+            &paths,
+            proposers.model.as_deref(),
+            (context, 1),
+        )?;
         run_on(b, &run, &options)
     })
 }

@@ -22,7 +22,7 @@ pub fn prepare_load<B: Backend>(
     args: &ModelArgs,
     paths: &ModelPaths,
     draft_model: Option<&Path>,
-    context: usize,
+    (context, sequences): (usize, usize),
 ) -> anyhow::Result<LoadOptions> {
     // An unreadable directory is reported by the load itself, with its context: `auto` then
     // falls back to what the backend computes f32 weights in.
@@ -56,6 +56,8 @@ pub fn prepare_load<B: Backend>(
         estimate.weights = estimate.weights.saturating_add(draft.weights);
         estimate.kv_cache = estimate.kv_cache.saturating_add(draft.kv_cache);
     }
+    // Every sequence generated at once (a server's batch) holds its own KV caches.
+    estimate.kv_cache = estimate.kv_cache.saturating_mul(sequences.max(1) as u64);
     let needed = estimate.total();
     let available = available_memory();
     let shown = available.map_or(String::new(), |a| {
@@ -69,10 +71,11 @@ pub fn prepare_load<B: Backend>(
         (None, false, false) => dtype.to_string(),
     };
     eprintln!(
-        "memory: {:.2} GiB of weights ({held}) + {:.2} GiB KV cache at {} positions = {:.2} GiB{shown}",
+        "memory: {:.2} GiB of weights ({held}) + {:.2} GiB KV cache at {} positions{} = {:.2} GiB{shown}",
         estimate.weights as f64 / GIB,
         estimate.kv_cache as f64 / GIB,
         estimate.context,
+        if sequences > 1 { format!(" x {sequences} sequences") } else { String::new() },
         needed as f64 / GIB,
     );
     if let Some(available) = available {

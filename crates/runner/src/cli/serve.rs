@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use mtp_core::engine::batch::{BatchOptions, SpeculationPolicy};
 use mtp_core::engine::PrefixReuse;
 use runner::proposers::ProposerChoice;
 use runner::server::{self, AppState, ServerConfig, WorkerEngine, WorkerOptions};
@@ -68,6 +69,19 @@ pub struct ServerArgs {
     /// Requests that may wait for the engine; more get 503 with Retry-After.
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = bounded(1, 4096))]
     pub queue: usize,
+    /// Requests generated at once: continuous batching, each target pass serving every running
+    /// request (new ones join between passes); 1 serves one request at a time. Each holds its
+    /// own KV caches (the memory check counts them).
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = bounded(1, 256))]
+    pub parallel: usize,
+    /// The most prompt tokens one request evaluates per batched pass (longer prompts are
+    /// evaluated in chunks, so running streams keep flowing).
+    #[arg(long, default_value_t = 128, value_name = "N", value_parser = bounded(1, 1 << 16))]
+    pub prefill_chunk: usize,
+    /// With --parallel above 1: whether batched requests speculate. `measured` measures, at
+    /// each batch size, tokens per second with speculation on and off and runs the better.
+    #[arg(long, value_enum, default_value_t = BatchSpeculation::Measured)]
+    pub batch_speculation: BatchSpeculation,
     /// Evaluate every prompt from the start instead of keeping the last request's KV caches
     /// and reusing the prefix a new prompt shares with them (a chat turn resends the history)
     /// [default: reuse on].
@@ -86,6 +100,27 @@ pub struct ServerArgs {
     /// cancelled.
     #[arg(long, default_value = "10", value_name = "SECS", value_parser = seconds)]
     pub shutdown_grace: Duration,
+}
+
+/// `--batch-speculation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BatchSpeculation {
+    /// Measure on and off at each batch size and run the better.
+    Measured,
+    /// Always speculate (each request's schedule picks the depth).
+    Always,
+    /// Never speculate in a batch.
+    Never,
+}
+
+impl BatchSpeculation {
+    fn policy(self) -> SpeculationPolicy {
+        match self {
+            Self::Measured => SpeculationPolicy::Measured,
+            Self::Always => SpeculationPolicy::Always,
+            Self::Never => SpeculationPolicy::Never,
+        }
+    }
 }
 
 /// Run `mtp serve`.
@@ -114,6 +149,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })
         .map_err(|_| anyhow::anyhow!("cannot resolve --host {}", args.server.host))?;
     let backend_args: ModelArgs = args.model;
+    let parallel = args.server.parallel;
     let load_paths = paths.clone();
     let worker = WorkerEngine::spawn(
         &paths,
@@ -122,6 +158,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 PrefixReuse::Off
             } else {
                 PrefixReuse::On
+            },
+            batch: BatchOptions {
+                max_batch: parallel,
+                prefill_chunk: args.server.prefill_chunk,
+                policy: args.server.batch_speculation.policy(),
             },
             ..WorkerOptions::from_process_env(name.clone(), args.server.queue)
         },
@@ -135,7 +176,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     &backend_args,
                     &load_paths,
                     draft_model.as_deref(),
-                    usize::MAX,
+                    (usize::MAX, parallel),
                 ) {
                     Err(e) => seat.fail(e.into()),
                     Ok(options) => seat.run(

@@ -30,12 +30,13 @@
 use std::collections::BTreeMap;
 
 use mtp_core::cache::{CacheSet, FullKvCache, KvCache, KvView, RotatingKvCache};
-use mtp_core::model::{TargetModel, TargetOutput};
+use mtp_core::model::{ForwardJob, TargetModel, TargetOutput};
 use mtp_core::{AttentionMask, Backend, CoreError, DType, ForwardMasks};
 
 use super::config::{KvRole, LayerType, ResolvedText};
 use super::layers::{DecoderLayer, LayerDims};
 use super::nn::{soft_cap, Embedding, Linear};
+use super::packed::{join, pack_ids, rows, split_outputs};
 use crate::loading::{ArrayLoader, LoadResult};
 
 /// The per-layer input embeddings (PLE) of a target.
@@ -231,42 +232,72 @@ impl<B: Backend> TargetModel<B> for Gemma4Target<B> {
         start: usize,
         caches: &mut CacheSet<B>,
     ) -> Result<TargetOutput<B>, B::Error> {
-        let x0 = self.token_embeddings(b, ids)?;
-        let ple = self.per_layer_inputs(b, ids, &x0)?;
-        let t = b.shape(ids)[1];
+        let mut job = [ForwardJob { ids, start, caches }];
+        let mut out = self.forward_batch(b, &mut job)?;
+        out.pop()
+            .ok_or_else(|| CoreError::Model("a forward returned no output".into()).into())
+    }
+
+    /// The jobs' rows packed (one job: exactly the single-sequence forward): embeddings, PLE,
+    /// projections, MLPs and the final norm run once over every row; rotary positions, cache
+    /// updates, KV sharing, masks and attention per sequence.
+    fn forward_batch(
+        &self,
+        b: &B,
+        jobs: &mut [ForwardJob<'_, B>],
+    ) -> Result<Vec<TargetOutput<B>>, B::Error> {
+        let (ids, spans) = pack_ids(b, jobs)?;
+        let x0 = self.token_embeddings(b, &ids)?;
+        let ple = self.per_layer_inputs(b, &ids, &x0)?;
+        let t = b.shape(&ids)[1];
         let window = self.resolved.config.sliding_window;
-        let mut shared: BTreeMap<LayerType, KvView<B>> = BTreeMap::new();
-        // One mask per geometry per forward (full, sliding, and the sliding store layer's wider
-        // ring); none when every key is visible.
-        let mut masks = ForwardMasks::new();
+        // Per sequence: the store layers' views for the KV-shared layers, and one mask per
+        // geometry per forward (full, sliding, and the sliding store layer's wider ring; none
+        // when every key is visible).
+        let mut shared: Vec<BTreeMap<LayerType, KvView<B>>> =
+            jobs.iter().map(|_| BTreeMap::new()).collect();
+        let mut masks: Vec<ForwardMasks<B>> = jobs.iter().map(|_| ForwardMasks::new()).collect();
         let mut x = x0;
         for (i, layer) in self.layers.iter().enumerate() {
             let h = layer.attention_input(b, &x)?;
-            let q = layer.queries(b, &h, start)?;
+            let (q_rows, kv_rows) = layer.project_rows(b, &h)?;
             let layer_type = layer.spec.layer_type;
-            let view = match layer.keys_values(b, &h, start)? {
-                Some((k, v)) => {
-                    let view = caches.layer_mut(i)?.update(b, &k, &v)?;
-                    if layer.spec.role == KvRole::Store {
-                        shared.insert(layer_type, view.clone());
+            let mut attended = Vec::with_capacity(jobs.len());
+            for (j, (job, &span)) in jobs.iter_mut().zip(&spans).enumerate() {
+                let q = layer.queries_of(b, &rows(b, &q_rows, span)?, span.start)?;
+                let own = match &kv_rows {
+                    Some((k, v)) => {
+                        let k = rows(b, k, span)?;
+                        let v = v.as_ref().map(|v| rows(b, v, span)).transpose()?;
+                        layer.keys_values_of(b, (&k, v.as_ref()), span.start)?
                     }
-                    view
-                }
-                None => match shared.get(&layer_type) {
-                    Some(view) => view.clone(),
-                    None => {
-                        return Err(CoreError::Model(format!(
-                            "layer {i} shares {} keys that no earlier layer stored",
-                            layer_type.hf_name()
-                        ))
-                        .into())
+                    None => None,
+                };
+                let view = match own {
+                    Some((k, v)) => {
+                        let view = job.caches.layer_mut(i)?.update(b, &k, &v)?;
+                        if layer.spec.role == KvRole::Store {
+                            shared[j].insert(layer_type, view.clone());
+                        }
+                        view
                     }
-                },
-            };
-            let mask = AttentionMask::causal(start, view.start)
-                .with_window((layer_type == LayerType::Sliding).then_some(window));
-            let bias = masks.get(b, mask, t, view.len(b), b.dtype(&q))?;
-            let attn = layer.attend(b, &q, &view, bias)?;
+                    None => match shared[j].get(&layer_type) {
+                        Some(view) => view.clone(),
+                        None => {
+                            return Err(CoreError::Model(format!(
+                                "layer {i} shares {} keys that no earlier layer stored",
+                                layer_type.hf_name()
+                            ))
+                            .into())
+                        }
+                    },
+                };
+                let mask = AttentionMask::causal(span.start, view.start)
+                    .with_window((layer_type == LayerType::Sliding).then_some(window));
+                let bias = masks[j].get(b, mask, span.len, view.len(b), b.dtype(&q))?;
+                attended.push(layer.attention(b, &q, &view, bias)?);
+            }
+            let attn = layer.project_out(b, &join(b, &attended)?)?;
             let ple_i = match &ple {
                 Some(all) => Some(b.reshape(
                     &b.slice(all, 2, i, 1)?,
@@ -283,10 +314,7 @@ impl<B: Backend> TargetModel<B> for Gemma4Target<B> {
             Some(false) => x,
             _ => hidden.clone(),
         };
-        Ok(TargetOutput {
-            hidden,
-            draft_hidden,
-        })
+        split_outputs(b, &hidden, &draft_hidden, &spans)
     }
 
     fn unembed(&self, b: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {

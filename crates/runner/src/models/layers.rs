@@ -30,6 +30,13 @@ use crate::loading::{ArrayLoader, LoadResult};
 /// Keys and values `[1, kv_heads, t, dim]` of one write.
 pub(crate) type KeysValues<B> = (<B as Backend>::Array, <B as Backend>::Array);
 
+/// Query rows and, for a layer that owns keys and values, key rows and value rows (`None`: the
+/// values are the keys), `[1, t, heads * dim]` each.
+pub(crate) type ProjectedRows<B> = (
+    <B as Backend>::Array,
+    Option<(<B as Backend>::Array, Option<<B as Backend>::Array>)>,
+);
+
 /// The K/V projections of a layer that owns its keys and values.
 #[derive(Debug)]
 struct KvProjections<B: Backend> {
@@ -187,27 +194,52 @@ impl<B: Backend> DecoderLayer<B> {
         b.transpose(&x, 1, 2)
     }
 
-    /// Rotated, normed queries `[1, heads, t, dim]` for positions `start ..`.
-    pub fn queries(&self, b: &B, h: &B::Array, start: usize) -> Result<B::Array, B::Error> {
-        let q = self.split_heads(b, &self.q_proj.forward(b, h)?, self.dims.heads)?;
+    /// The position-wise projections of `h` (`input_layernorm(x)`, any number of sequences'
+    /// rows at once): query rows `[1, t, heads * dim]` and, for a layer that owns its keys and
+    /// values, key rows and value rows (`None` when values are the keys).
+    pub fn project_rows(&self, b: &B, h: &B::Array) -> Result<ProjectedRows<B>, B::Error> {
+        let q = self.q_proj.forward(b, h)?;
+        let kv = match &self.kv {
+            Some(kv) => Some((
+                kv.k_proj.forward(b, h)?,
+                match &kv.v_proj {
+                    Some(w) => Some(w.forward(b, h)?),
+                    None => None,
+                },
+            )),
+            None => None,
+        };
+        Ok((q, kv))
+    }
+
+    /// Rotated, normed queries `[1, heads, t, dim]` from one sequence's query rows, for
+    /// positions `start ..`.
+    pub fn queries_of(&self, b: &B, rows: &B::Array, start: usize) -> Result<B::Array, B::Error> {
+        let q = self.split_heads(b, rows, self.dims.heads)?;
         let q = b.rms_norm(&q, Some(&self.q_norm), self.dims.eps)?;
         b.rope_cached(&q, start, &self.rope)
     }
 
-    /// This layer's own keys and values `[1, kv_heads, t, dim]`; `None` for a KV-shared layer.
-    pub fn keys_values(
+    /// Rotated, normed queries `[1, heads, t, dim]` for positions `start ..`.
+    pub fn queries(&self, b: &B, h: &B::Array, start: usize) -> Result<B::Array, B::Error> {
+        self.queries_of(b, &self.q_proj.forward(b, h)?, start)
+    }
+
+    /// One sequence's keys and values `[1, kv_heads, t, dim]` from its key and value rows
+    /// (values `None`: the keys), for positions `start ..`.
+    pub fn keys_values_of(
         &self,
         b: &B,
-        h: &B::Array,
+        (k_rows, v_rows): (&B::Array, Option<&B::Array>),
         start: usize,
     ) -> Result<Option<KeysValues<B>>, B::Error> {
         let Some(kv) = &self.kv else {
             return Ok(None);
         };
         let kvh = self.spec.kv_heads;
-        let k_raw = self.split_heads(b, &kv.k_proj.forward(b, h)?, kvh)?;
-        let v_raw = match &kv.v_proj {
-            Some(w) => self.split_heads(b, &w.forward(b, h)?, kvh)?,
+        let k_raw = self.split_heads(b, k_rows, kvh)?;
+        let v_raw = match v_rows {
+            Some(v) => self.split_heads(b, v, kvh)?,
             None => k_raw.clone(),
         };
         let k = b.rope_cached(
@@ -219,8 +251,9 @@ impl<B: Backend> DecoderLayer<B> {
         Ok(Some((k, v)))
     }
 
-    /// `o_proj(attention(q, view))` as `[1, t, hidden]` (attention scale 1.0, as HF).
-    pub fn attend(
+    /// One sequence's attention over `view` as `[1, t, heads * dim]`, before the output
+    /// projection (scale 1.0, as HF).
+    pub fn attention(
         &self,
         b: &B,
         q: &B::Array,
@@ -229,11 +262,26 @@ impl<B: Backend> DecoderLayer<B> {
     ) -> Result<B::Array, B::Error> {
         let t = b.shape(q)[2];
         let a = b.attention_with_bias(q, &view.keys, &view.values, bias, 1.0)?;
-        let a = b.reshape(
+        b.reshape(
             &b.transpose(&a, 1, 2)?,
             &[1, t, self.dims.heads * self.spec.head_dim],
-        )?;
-        self.o_proj.forward(b, &a)
+        )
+    }
+
+    /// The output projection of attention rows (any number of sequences' rows at once).
+    pub fn project_out(&self, b: &B, a: &B::Array) -> Result<B::Array, B::Error> {
+        self.o_proj.forward(b, a)
+    }
+
+    /// `o_proj(attention(q, view))` as `[1, t, hidden]` (attention scale 1.0, as HF).
+    pub fn attend(
+        &self,
+        b: &B,
+        q: &B::Array,
+        view: &KvView<B>,
+        bias: &AttentionBias<B>,
+    ) -> Result<B::Array, B::Error> {
+        self.project_out(b, &self.attention(b, q, view, bias)?)
     }
 
     /// Everything after attention: residuals, MLP, PLE gate and layer scalar.

@@ -10,6 +10,7 @@ pub mod gemma4_assistant;
 mod layers;
 mod moe;
 pub mod nn;
+mod packed;
 pub mod registry;
 
 pub use gemma3::Gemma3Target;

@@ -14,7 +14,7 @@
 use std::path::Path;
 
 use mtp_core::cache::CacheSet;
-use mtp_core::model::{DraftStep, MtpDrafter, TargetModel, TargetOutput};
+use mtp_core::model::{DraftStep, ForwardJob, MtpDrafter, TargetModel, TargetOutput};
 use mtp_core::options::MtpDefaults;
 use mtp_core::Backend;
 
@@ -220,8 +220,20 @@ impl<B: Backend> TargetModel<B> for LoadedTarget<B> {
         self.model().forward(backend, ids, start, caches)
     }
 
+    fn forward_batch(
+        &self,
+        backend: &B,
+        jobs: &mut [ForwardJob<'_, B>],
+    ) -> Result<Vec<TargetOutput<B>>, B::Error> {
+        self.model().forward_batch(backend, jobs)
+    }
+
     fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
         self.model().unembed(backend, hidden)
+    }
+
+    fn unembed_batch(&self, backend: &B, hiddens: &[&B::Array]) -> Result<Vec<B::Array>, B::Error> {
+        self.model().unembed_batch(backend, hiddens)
     }
 
     fn token_embeddings(&self, backend: &B, ids: &B::Array) -> Result<B::Array, B::Error> {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
-use mtp_core::engine::{DoneReason, PrefixCache, PrefixReuse, ScoredSink, SinkFlow};
+use mtp_core::engine::batch::{self, BatchOptions};
+use mtp_core::engine::{DoneReason, Engine, PrefixCache, PrefixReuse, ScoredSink, SinkFlow};
 use mtp_core::sampling::TokenLogprobs;
 use mtp_core::Backend;
 use tokio::sync::mpsc;
@@ -33,6 +34,9 @@ pub struct WorkerOptions {
     /// Keep the last request's caches and reuse the prefix the next prompt shares with them
     /// ([`PrefixCache`]; default on).
     pub prefix_reuse: PrefixReuse,
+    /// Requests generated at once (continuous batching, [`mtp_core::engine::batch`]); 1: one
+    /// at a time, as before.
+    pub batch: BatchOptions,
 }
 
 impl WorkerOptions {
@@ -46,6 +50,10 @@ impl WorkerOptions {
             queue_depth,
             env,
             prefix_reuse: PrefixReuse::On,
+            batch: BatchOptions {
+                max_batch: 1,
+                ..BatchOptions::default()
+            },
         }
     }
 }
@@ -88,6 +96,7 @@ pub struct WorkerSeat {
     waiting: Arc<AtomicUsize>,
     env: Arc<HashMap<String, String>>,
     prefix_reuse: PrefixReuse,
+    batch: BatchOptions,
 }
 
 impl WorkerSeat {
@@ -111,7 +120,7 @@ impl WorkerSeat {
             self.jobs,
             &self.waiting,
             &self.env,
-            self.prefix_reuse,
+            (self.prefix_reuse, self.batch),
         );
     }
 
@@ -139,6 +148,7 @@ impl WorkerEngine {
             waiting: waiting.clone(),
             env: Arc::new(options.env.clone()),
             prefix_reuse: options.prefix_reuse,
+            batch: options.batch,
         };
         let started = Instant::now();
         std::thread::Builder::new()
@@ -223,32 +233,112 @@ impl EngineHandle for WorkerEngine {
     }
 }
 
-/// Serve jobs in order until every sender is gone; with prefix reuse the caches of each job are
-/// kept for the next.
+/// Serve jobs until every sender is gone: one at a time in order, or (`batch.max_batch > 1`) as
+/// a continuous batch. With prefix reuse the caches of each job are kept for a later one: the
+/// last job's, or in a batch a pool of up to `max_batch`, each job taking the one that shares
+/// the longest prefix with its prompt.
 fn run_worker<B: Backend>(
     pipeline: &Pipeline<B>,
     mut jobs: mpsc::Receiver<Queued>,
     waiting: &AtomicUsize,
     env: &Arc<HashMap<String, String>>,
-    prefix_reuse: PrefixReuse,
+    (prefix_reuse, batch): (PrefixReuse, BatchOptions),
 ) {
-    let mut held = PrefixCache::new();
-    while let Some(queued) = jobs.blocking_recv() {
+    let env = env.clone();
+    let engine = pipeline
+        .engine()
+        .with_env(Arc::new(move |k: &str| env.get(k).cloned()));
+    let mut next = move || {
+        let queued = jobs.blocking_recv()?;
         let left = waiting.fetch_sub(1, Ordering::SeqCst).saturating_sub(1);
         metrics::queue_depth(left);
-        if prefix_reuse == PrefixReuse::Off {
-            held.clear();
+        Some(queued)
+    };
+    if batch.max_batch <= 1 {
+        let mut held = PrefixCache::new();
+        while let Some(queued) = next() {
+            if prefix_reuse == PrefixReuse::Off {
+                held.clear();
+            }
+            let event = run_job(&engine, pipeline, &queued, &mut held);
+            let _ = queued.events.send(event);
         }
-        let event = run_job(pipeline, &queued, env, &mut held);
+        return;
+    }
+    let pool = CachePool::new(batch.max_batch);
+    let served = batch::serve(&engine, &batch, next, |engine, queued: Queued| {
+        let mut held = match prefix_reuse {
+            PrefixReuse::On => pool.take(&queued.job.request.prompt),
+            PrefixReuse::Off => PrefixCache::new(),
+        };
+        let event = run_job(engine, pipeline, &queued, &mut held);
+        if prefix_reuse == PrefixReuse::On {
+            pool.put(held);
+        }
         let _ = queued.events.send(event);
+    });
+    match served {
+        Ok(report) => tracing::info!(
+            passes = report.counts.passes,
+            items = report.counts.items,
+            widest = report.counts.widest,
+            "the batch ended"
+        ),
+        Err(e) => tracing::error!("the batch could not run: {e}"),
+    }
+}
+
+/// Kept caches of ended jobs, for later prompts that share a prefix with them.
+struct CachePool<B: Backend> {
+    held: std::sync::Mutex<Vec<PrefixCache<B>>>,
+    capacity: usize,
+}
+
+impl<B: Backend> CachePool<B> {
+    fn new(capacity: usize) -> Self {
+        Self {
+            held: std::sync::Mutex::new(Vec::new()),
+            capacity,
+        }
+    }
+
+    /// The kept caches sharing the longest prefix with `prompt` (fresh ones if none shares).
+    fn take(&self, prompt: &[u32]) -> PrefixCache<B> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let shared = |c: &PrefixCache<B>| {
+            c.tokens()
+                .iter()
+                .zip(prompt)
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        let best = held
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (shared(c), i))
+            .max()
+            .filter(|&(n, _)| n > 0);
+        match best {
+            Some((_, i)) => held.swap_remove(i),
+            None => PrefixCache::new(),
+        }
+    }
+
+    /// Keep `caches` (the oldest kept ones go when the pool is full).
+    fn put(&self, caches: PrefixCache<B>) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.len() >= self.capacity {
+            held.remove(0);
+        }
+        held.push(caches);
     }
 }
 
 /// Run one job, streaming its text; returns its last event.
 fn run_job<B: Backend>(
+    engine: &Engine<'_, B>,
     pipeline: &Pipeline<B>,
     queued: &Queued,
-    env: &Arc<HashMap<String, String>>,
     held: &mut PrefixCache<B>,
 ) -> GenerationEvent {
     let job = &queued.job;
@@ -260,10 +350,6 @@ fn run_job<B: Backend>(
     if expired(Instant::now()) {
         return finished(Finished::before_start(FinishReason::Timeout, queued_for));
     }
-    let env = env.clone();
-    let engine = pipeline
-        .engine()
-        .with_env(Arc::new(move |k: &str| env.get(k).cloned()));
     let tokenizer = pipeline.tokenizer();
     // The engine's log-probabilities of each token (when the request asks for them), read from
     // the rows it computes anyway, with the tokens' text.

@@ -8,6 +8,7 @@ use axum::http::{Request, StatusCode};
 use axum::Router;
 use backend_candle::CandleBackend;
 use http_body_util::BodyExt;
+use mtp_core::engine::batch::BatchOptions;
 use runner::server::{WorkerEngine, WorkerOptions};
 use runner::{ModelPaths, Pipeline};
 use serde_json::Value;
@@ -26,8 +27,15 @@ pub fn pair() -> ModelPaths {
     }
 }
 
-/// A worker over the default pair on candle's CPU, with a queue of `queue` requests.
+/// A worker over the default pair on candle's CPU, with a queue of `queue` requests, serving
+/// one request at a time.
 pub fn worker(queue: usize) -> WorkerEngine {
+    batched_worker(queue, 1)
+}
+
+/// A worker over the default pair on candle's CPU, with a queue of `queue` requests, generating
+/// up to `parallel` at once (continuous batching; speculation measured per batch size).
+pub fn batched_worker(queue: usize, parallel: usize) -> WorkerEngine {
     WorkerEngine::spawn(
         &pair(),
         WorkerOptions {
@@ -35,6 +43,10 @@ pub fn worker(queue: usize) -> WorkerEngine {
             queue_depth: queue,
             env: Default::default(),
             prefix_reuse: Default::default(),
+            batch: BatchOptions {
+                max_batch: parallel,
+                ..BatchOptions::default()
+            },
         },
         |seat| {
             seat.run(

@@ -59,7 +59,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let report = with_backend!(backend, |b| {
         // Prompts are short; the context is dominated by what the bench generates.
         let context = plan.num_predict.saturating_add(4096);
-        let options = prepare_load(&b, &args.model, &paths, proposers.model.as_deref(), context)?;
+        let options = prepare_load(
+            &b,
+            &args.model,
+            &paths,
+            proposers.model.as_deref(),
+            (context, 1),
+        )?;
         let dtype = match (options.quantize, options.stored_quant) {
             (Some(scheme), _) => format!("{} (--quantize {scheme})", options.dtype),
             (None, StoredQuant::Dequantize) => format!("{} (--dequantize)", options.dtype),

@@ -125,34 +125,46 @@ impl<B: Backend> DecoderLayer<B> {
         b.transpose(&x, 1, 2)
     }
 
-    /// `rope(norm(proj h))` as `[1, heads, t, dim]` for positions `start ..`.
+    /// `norm(rows)` rotated for positions `start ..`, as `[1, heads, t, dim]`.
     fn rotated(
         &self,
         b: &B,
-        h: &B::Array,
-        (proj, norm, heads): (&Linear<B>, &B::Array, usize),
+        rows: &B::Array,
+        (norm, heads): (&B::Array, usize),
         start: usize,
     ) -> Result<B::Array, B::Error> {
-        let x = self.split_heads(b, &proj.forward(b, h)?, heads)?;
+        let x = self.split_heads(b, rows, heads)?;
         let x = b.rms_norm(&x, Some(norm), self.dims.eps)?;
         b.rope_cached(&x, start, &self.rope)
     }
 
-    /// `input_layernorm(x)`, the queries, and this layer's keys and values (`[1, heads, t, dim]`).
-    pub fn project(&self, b: &B, x: &B::Array, start: usize) -> Result<Qkv<B>, B::Error> {
-        let d = self.dims;
-        let h = b.rms_norm(x, Some(&self.input_norm), d.eps)?;
-        let q = self.rotated(b, &h, (&self.q_proj, &self.q_norm, d.heads), start)?;
-        let k = self.rotated(b, &h, (&self.k_proj, &self.k_norm, d.kv_heads), start)?;
-        let v = self.split_heads(b, &self.v_proj.forward(b, &h)?, d.kv_heads)?;
-        Ok((q, k, v))
+    /// The position-wise half of the attention input: `input_layernorm(x)` projected to query,
+    /// key and value rows `[1, t, heads * dim]` (any number of sequences' rows at once).
+    pub fn project_rows(&self, b: &B, x: &B::Array) -> Result<Qkv<B>, B::Error> {
+        let h = b.rms_norm(x, Some(&self.input_norm), self.dims.eps)?;
+        Ok((
+            self.q_proj.forward(b, &h)?,
+            self.k_proj.forward(b, &h)?,
+            self.v_proj.forward(b, &h)?,
+        ))
     }
 
-    /// The rest of the layer after attention over `view`: output projection, residuals, MLP.
-    pub fn finish(
+    /// One sequence's queries, keys and values `[1, heads, t, dim]` from its projected rows, at
+    /// positions `start ..`.
+    pub fn heads(&self, b: &B, (q, k, v): &Qkv<B>, start: usize) -> Result<Qkv<B>, B::Error> {
+        let d = self.dims;
+        Ok((
+            self.rotated(b, q, (&self.q_norm, d.heads), start)?,
+            self.rotated(b, k, (&self.k_norm, d.kv_heads), start)?,
+            self.split_heads(b, v, d.kv_heads)?,
+        ))
+    }
+
+    /// One sequence's attention over `view`, `[1, t, heads * dim]` (before the output
+    /// projection).
+    pub fn attend(
         &self,
         b: &B,
-        x: &B::Array,
         q: &B::Array,
         view: &KvView<B>,
         bias: &AttentionBias<B>,
@@ -160,8 +172,14 @@ impl<B: Backend> DecoderLayer<B> {
         let d = self.dims;
         let t = b.shape(q)[2];
         let a = b.attention_with_bias(q, &view.keys, &view.values, bias, d.attention_scale)?;
-        let a = b.reshape(&b.transpose(&a, 1, 2)?, &[1, t, d.heads * d.head_dim])?;
-        let a = self.o_proj.forward(b, &a)?;
+        b.reshape(&b.transpose(&a, 1, 2)?, &[1, t, d.heads * d.head_dim])
+    }
+
+    /// The position-wise rest of the layer from attention rows `[1, t, heads * dim]` (any
+    /// number of sequences' rows at once): output projection, residuals, MLP.
+    pub fn finish_rows(&self, b: &B, x: &B::Array, a: &B::Array) -> Result<B::Array, B::Error> {
+        let d = self.dims;
+        let a = self.o_proj.forward(b, a)?;
         let x = b.add(x, &b.rms_norm(&a, Some(&self.post_attention_norm), d.eps)?)?;
         let h = b.rms_norm(&x, Some(&self.pre_feedforward_norm), d.eps)?;
         let gate = b.gelu_tanh(&self.gate_proj.forward(b, &h)?)?;

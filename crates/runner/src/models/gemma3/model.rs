@@ -1,8 +1,8 @@
 //! The Gemma 3 text model as a [`TargetModel`].
 
 use mtp_core::cache::{CacheSet, FullKvCache, KvCache, RotatingKvCache};
-use mtp_core::model::{TargetModel, TargetOutput};
-use mtp_core::{AttentionMask, Backend, DType, ForwardMasks};
+use mtp_core::model::{ForwardJob, TargetModel, TargetOutput};
+use mtp_core::{AttentionMask, Backend, CoreError, DType, ForwardMasks};
 
 use super::config::Gemma3Resolved;
 use super::layer::{DecoderLayer, Dims};
@@ -10,6 +10,7 @@ use super::weights::WeightSource;
 use crate::loading::LoadResult;
 use crate::models::config::LayerType;
 use crate::models::nn::{soft_cap, Embedding, Linear};
+use crate::models::packed::{join, pack_ids, rows, split_outputs};
 
 /// A loaded Gemma 3 text model; see the [module docs](crate::models::gemma3).
 #[derive(Debug)]
@@ -103,25 +104,40 @@ impl<B: Backend> TargetModel<B> for Gemma3Target<B> {
         start: usize,
         caches: &mut CacheSet<B>,
     ) -> Result<TargetOutput<B>, B::Error> {
-        let mut x = self.token_embeddings(b, ids)?;
+        let mut job = [ForwardJob { ids, start, caches }];
+        let mut out = self.forward_batch(b, &mut job)?;
+        out.pop()
+            .ok_or_else(|| CoreError::Model("a forward returned no output".into()).into())
+    }
+
+    /// The jobs' rows packed (one job: exactly the single-sequence forward): embeddings, projections, MLPs and the final norm run once over
+    /// all of them; rotary positions, cache updates, masks and attention per sequence.
+    fn forward_batch(
+        &self,
+        b: &B,
+        jobs: &mut [ForwardJob<'_, B>],
+    ) -> Result<Vec<TargetOutput<B>>, B::Error> {
+        let (ids, spans) = pack_ids(b, jobs)?;
+        let mut x = self.token_embeddings(b, &ids)?;
         let window = self.config.sliding_window;
-        let t = b.shape(ids)[1];
-        // One mask per geometry (layer kind) per forward; none when every key is visible.
-        let mut masks = ForwardMasks::new();
+        let mut masks: Vec<ForwardMasks<B>> = jobs.iter().map(|_| ForwardMasks::new()).collect();
         for (i, layer) in self.layers.iter().enumerate() {
-            let (q, k, v) = layer.project(b, &x, start)?;
-            let view = caches.layer_mut(i)?.update(b, &k, &v)?;
+            let (q, k, v) = layer.project_rows(b, &x)?;
             let sliding = layer.spec.layer_type == LayerType::Sliding;
-            let mask =
-                AttentionMask::causal(start, view.start).with_window(sliding.then_some(window));
-            let bias = masks.get(b, mask, t, view.len(b), b.dtype(&q))?;
-            x = layer.finish(b, &x, &q, &view, bias)?;
+            let mut attended = Vec::with_capacity(jobs.len());
+            for ((job, &span), masks) in jobs.iter_mut().zip(&spans).zip(&mut masks) {
+                let own = (rows(b, &q, span)?, rows(b, &k, span)?, rows(b, &v, span)?);
+                let (q, k, v) = layer.heads(b, &own, span.start)?;
+                let view = job.caches.layer_mut(i)?.update(b, &k, &v)?;
+                let mask = AttentionMask::causal(span.start, view.start)
+                    .with_window(sliding.then_some(window));
+                let bias = masks.get(b, mask, span.len, view.len(b), b.dtype(&q))?;
+                attended.push(layer.attend(b, &q, &view, bias)?);
+            }
+            x = layer.finish_rows(b, &x, &join(b, &attended)?)?;
         }
         let hidden = b.rms_norm(&x, Some(&self.final_norm), self.config.eps)?;
-        Ok(TargetOutput {
-            draft_hidden: hidden.clone(),
-            hidden,
-        })
+        split_outputs(b, &hidden, &hidden, &spans)
     }
 
     fn unembed(&self, b: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
