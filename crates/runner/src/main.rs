@@ -16,6 +16,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Generate(args) => cli::generate::run(args),
         Command::Bench(args) => cli::bench::run(args),
+        Command::BenchBatch(args) => cli::bench_batch::run(args),
         #[cfg(feature = "server")]
         Command::Serve(args) => cli::serve::run(*args),
     };

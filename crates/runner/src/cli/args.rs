@@ -34,6 +34,9 @@ pub enum Command {
     /// verify-cost curve and the ideal speedup; prints a table and writes JSON.
     #[command(allow_negative_numbers = true)]
     Bench(super::bench::args::BenchArgs),
+    /// Benchmark continuous batching: total and per-stream rates with 1, 2, 4, ... concurrent
+    /// clients, one request at a time against a batch, speculation off, on and measured.
+    BenchBatch(super::bench_batch::BatchBenchArgs),
     /// Serve the ollama API (/api/*) and the OpenAI API (/v1/*) on one port over one model pair.
     #[cfg(feature = "server")]
     Serve(Box<super::serve::ServeArgs>),
@@ -45,6 +48,7 @@ impl Command {
         match self {
             Command::Generate(args) => args.model.threads,
             Command::Bench(args) => args.model.threads,
+            Command::BenchBatch(args) => args.model.threads,
             #[cfg(feature = "server")]
             Command::Serve(args) => args.model.threads,
         }
@@ -340,6 +344,15 @@ impl From<ScheduleChoice> for ScheduleKind {
 }
 
 /// A draft depth: an integer from 1 to [`MAX_DRAFT_TOKENS_LIMIT`].
+/// A whole number from `lo` to `hi` (clap value parser).
+pub fn bounded(lo: usize, hi: usize) -> impl Fn(&str) -> Result<usize, String> + Clone {
+    move |s: &str| match s.parse::<usize>() {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        Ok(_) => Err(format!("must be between {lo} and {hi}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn draft_depth(s: &str) -> Result<usize, String> {
     let above = || {
         format!(

@@ -6,6 +6,7 @@ pub mod args;
 mod args_fuzz;
 pub mod backend;
 pub mod bench;
+pub mod bench_batch;
 pub mod console;
 pub mod generate;
 pub mod load_plan;

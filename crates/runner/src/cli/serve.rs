@@ -11,7 +11,7 @@ use mtp_core::engine::PrefixReuse;
 use runner::proposers::ProposerChoice;
 use runner::server::{self, AppState, ServerConfig, WorkerEngine, WorkerOptions};
 
-use super::args::{DraftArgs, ModelArgs};
+use super::args::{bounded, DraftArgs, ModelArgs};
 use super::backend::{with_backend, AnyBackend};
 use super::load_plan::prepare_load;
 use super::progress::load_pipeline;
@@ -38,14 +38,6 @@ fn seconds(s: &str) -> Result<Duration, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 1e7 => Ok(Duration::from_secs_f64(v)),
         Ok(_) => Err("must be a number of seconds > 0".to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-fn bounded(lo: usize, hi: usize) -> impl Fn(&str) -> Result<usize, String> + Clone {
-    move |s: &str| match s.parse::<usize>() {
-        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
-        Ok(_) => Err(format!("must be between {lo} and {hi}")),
         Err(e) => Err(e.to_string()),
     }
 }

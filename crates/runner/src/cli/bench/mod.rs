@@ -6,7 +6,7 @@ pub mod args;
 mod cost;
 mod host;
 mod measure;
-mod plan;
+pub(crate) mod plan;
 mod report;
 mod rounds;
 mod spread;

@@ -163,7 +163,7 @@ impl std::fmt::Display for Pass {
 }
 
 /// Non-empty, non-comment lines of the prompt file, trimmed.
-fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
+pub fn read_prompts(path: &Path) -> anyhow::Result<Vec<String>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the prompt file {}", path.display()))?;
     let prompts: Vec<String> = text
