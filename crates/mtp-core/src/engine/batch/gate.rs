@@ -10,8 +10,9 @@
 //! before it before everything after it): this is why backend values may cross threads here
 //! although the backends' types need not be `Send` or `Sync`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread::Thread;
 use std::time::Instant;
 
 use super::policy::{PolicyState, SizeReport, SpeculationPolicy};
@@ -52,8 +53,14 @@ pub struct GateCounts {
 }
 
 struct State<B: Backend> {
-    /// Whether a member is running (holds the baton).
+    /// Whether a member is running (holds the baton), or the baton is on its way to one.
     baton: bool,
+    /// Members waiting for the baton (their work is done, or they are entering), in order.
+    ready: VecDeque<u64>,
+    /// The waiting member the baton was handed to (it has not woken yet).
+    granted: Option<u64>,
+    /// The threads of waiting members, to wake exactly the one the baton goes to.
+    sleepers: HashMap<u64, Thread>,
     /// Sequences in the batch (running, waiting for the baton, or parked).
     members: usize,
     parked: Vec<(u64, Work<B>)>,
@@ -89,6 +96,9 @@ impl<'t, B: Backend> Gate<'t, B> {
             target,
             state: Mutex::new(State {
                 baton: false,
+                ready: VecDeque::new(),
+                granted: None,
+                sleepers: HashMap::new(),
                 members: 0,
                 parked: Vec::new(),
                 done: HashMap::new(),
@@ -135,13 +145,55 @@ impl<'t, B: Backend> Gate<'t, B> {
         }
     }
 
+    /// A new ticket (work, or a wait for the baton).
+    fn ticket(state: &mut State<B>) -> u64 {
+        let t = state.next_ticket;
+        state.next_ticket += 1;
+        t
+    }
+
+    /// Hand the baton on (the caller holds it): to the first ready member, woken alone (a
+    /// batch of N does not wake N threads to let one run), or put it down when none is ready.
+    fn release(state: &mut State<B>) {
+        match state.ready.pop_front() {
+            Some(next) => {
+                state.granted = Some(next);
+                if let Some(thread) = state.sleepers.get(&next) {
+                    thread.unpark();
+                }
+            }
+            None => state.baton = false,
+        }
+    }
+
+    /// Sleep until the baton is handed to `ticket` (queued in `ready` by the caller).
+    fn wait_for_baton<'g>(
+        &'g self,
+        mut state: MutexGuard<'g, State<B>>,
+        ticket: u64,
+    ) -> MutexGuard<'g, State<B>> {
+        state.sleepers.insert(ticket, std::thread::current());
+        while state.granted != Some(ticket) {
+            drop(state);
+            // A wake-up for someone else, or a spurious one, just loops.
+            std::thread::park();
+            state = self.lock();
+        }
+        state.granted = None;
+        state.sleepers.remove(&ticket);
+        state
+    }
+
     /// Take the baton (a joined member, before it first runs).
     pub fn enter(&self) {
         let mut state = self.lock();
-        while state.baton {
-            state = self.wait(state);
+        if !state.baton {
+            state.baton = true;
+            return;
         }
-        state.baton = true;
+        let ticket = Self::ticket(&mut state);
+        state.ready.push_back(ticket);
+        drop(self.wait_for_baton(state, ticket));
     }
 
     /// Leave the batch (holding the baton): if everyone else is parked, serve them first.
@@ -149,9 +201,9 @@ impl<'t, B: Backend> Gate<'t, B> {
         let mut state = self.lock();
         state.members = state.members.saturating_sub(1);
         if !state.parked.is_empty() && state.parked.len() == state.members {
-            state = self.serve(state);
+            state = self.serve(state, None);
         }
-        state.baton = false;
+        Self::release(&mut state);
         drop(state);
         self.changed.notify_all();
     }
@@ -175,32 +227,35 @@ impl<'t, B: Backend> Gate<'t, B> {
     /// the caller holds the baton again.
     pub fn park(&self, work: Work<B>) -> Done<B> {
         let mut state = self.lock();
-        let ticket = state.next_ticket;
-        state.next_ticket += 1;
+        let ticket = Self::ticket(&mut state);
         state.parked.push((ticket, work));
         if state.parked.len() >= state.members {
             // Everyone is here: this member runs the batch and keeps the baton.
-            state = self.serve(state);
+            state = self.serve(state, Some(ticket));
             if let Some(done) = state.done.remove(&ticket) {
                 return done;
             }
         }
-        state.baton = false;
-        self.changed.notify_all();
-        loop {
-            if !state.baton {
-                if let Some(done) = state.done.remove(&ticket) {
-                    state.baton = true;
-                    return done;
-                }
-            }
-            state = self.wait(state);
+        Self::release(&mut state);
+        let mut state = self.wait_for_baton(state, ticket);
+        match state.done.remove(&ticket) {
+            Some(done) => done,
+            // Handed the baton before its work was served: impossible (only served work is
+            // queued as ready), reported rather than trusted.
+            None => Done::Unembed(Err(CoreError::Model(
+                "a batch member was woken before its work was served".into(),
+            )
+            .into())),
         }
     }
 
-    /// Run every parked item as batched target calls (the caller holds the baton) and post the
-    /// results.
-    fn serve<'g>(&'g self, mut state: MutexGuard<'g, State<B>>) -> MutexGuard<'g, State<B>> {
+    /// Run every parked item as batched target calls (the caller holds the baton), post the
+    /// results and queue their members for the baton.
+    fn serve<'g>(
+        &'g self,
+        mut state: MutexGuard<'g, State<B>>,
+        own: Option<u64>,
+    ) -> MutexGuard<'g, State<B>> {
         let parked = std::mem::take(&mut state.parked);
         let members = state.members;
         drop(state);
@@ -209,9 +264,15 @@ impl<'t, B: Backend> Gate<'t, B> {
         state.counts.passes += results.1;
         state.counts.items += results.0.len();
         state.counts.widest = state.counts.widest.max(members);
+        // Everyone served waits for the baton, in parking order, except the member serving
+        // (`own`), which keeps it.
+        for (ticket, _) in &results.0 {
+            if Some(*ticket) != own {
+                state.ready.push_back(*ticket);
+            }
+        }
         state.done.extend(results.0);
         state.policy.fired(members, Instant::now());
-        self.changed.notify_all();
         state
     }
 

@@ -34,7 +34,7 @@ mod policy;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub use gate::GateCounts;
-pub use policy::{SizeReport, SpeculationPolicy, EXPLORE_EVERY, WINDOW_FIRINGS};
+pub use policy::{SizeReport, SpeculationPolicy, EXPLORE_FAR_SHARE, EXPLORE_SHARE, WINDOW_FIRINGS};
 
 use super::{Engine, EvalOverlap};
 use crate::{Backend, CoreError};

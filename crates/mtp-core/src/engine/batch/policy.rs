@@ -5,9 +5,11 @@
 //! rows already share one pass, so the spare capacity speculation lives on shrinks as the batch
 //! grows (mlx-vlm reports batched MTP from 1.38x down to 0.61x as the batch grows). Rather than
 //! a cost model, the policy measures: for each batch size it runs windows of
-//! [`WINDOW_FIRINGS`] batched forwards with speculation on and off, keeps a running rate
-//! (committed tokens per second) for each, and then runs the better one, re-trying the other
-//! every [`EXPLORE_EVERY`] windows, so a change in the load (prompt kinds, depths) is noticed.
+//! [`WINDOW_FIRINGS`] batched passes with speculation on and off, keeps a running rate
+//! (committed tokens per second) for each, and then runs the better one, giving the other
+//! [`EXPLORE_SHARE`] of the time while the two are close and [`EXPLORE_FAR_SHARE`] when it is
+//! far behind (a re-try of a much worse choice costs more), so a change in the load (prompt
+//! kinds, depths) is noticed while re-tries cost at most a few percent.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -16,8 +18,15 @@ use serde::Serialize;
 
 /// Batched forwards per measurement window.
 pub const WINDOW_FIRINGS: usize = 24;
-/// Windows of the better choice between two re-tries of the other.
-pub const EXPLORE_EVERY: usize = 8;
+/// The share of a batch size's time the worse choice gets (re-tries), while the two are close
+/// (the worse within [`CLOSE`] of the better): a re-try then costs little and may well change
+/// the choice.
+pub const EXPLORE_SHARE: f64 = 0.10;
+/// The same when the worse choice is far behind: a re-try then costs more and is less likely
+/// to change the choice.
+pub const EXPLORE_FAR_SHARE: f64 = 0.02;
+/// Rates within this ratio count as close.
+const CLOSE: f64 = 0.85;
 /// Weight of the newest window in a running rate.
 const RATE_WEIGHT: f64 = 0.5;
 
@@ -69,8 +78,9 @@ impl Rate {
 struct SizeStats {
     speculate: Rate,
     plain: Rate,
-    /// Windows of the better choice since the other was last tried.
-    since_explore: usize,
+    /// Time spent in finished windows with speculation on, and off.
+    speculate_secs: f64,
+    plain_secs: f64,
     /// The choice of the window being measured.
     current: bool,
     /// The window so far: batched forwards at this size, the tokens committed before them and
@@ -85,7 +95,8 @@ impl Default for SizeStats {
         Self {
             speculate: Rate::default(),
             plain: Rate::default(),
-            since_explore: 0,
+            speculate_secs: 0.0,
+            plain_secs: 0.0,
             // An untried size speculates first.
             current: true,
             firings: 0,
@@ -107,8 +118,14 @@ impl SizeStats {
         if self.secs > 0.0 {
             let rate = self.tokens as f64 / self.secs;
             match self.current {
-                true => self.speculate.observe(rate),
-                false => self.plain.observe(rate),
+                true => {
+                    self.speculate.observe(rate);
+                    self.speculate_secs += self.secs;
+                }
+                false => {
+                    self.plain.observe(rate);
+                    self.plain_secs += self.secs;
+                }
             }
         }
         self.current = self.next_choice();
@@ -123,12 +140,24 @@ impl SizeStats {
             (Some(on), Some(off)) => (on, off),
         };
         let better = on >= off;
-        if self.since_explore >= EXPLORE_EVERY {
-            self.since_explore = 0;
-            return !better;
+        let share = if on.min(off) >= CLOSE * on.max(off) {
+            EXPLORE_SHARE
+        } else {
+            EXPLORE_FAR_SHARE
+        };
+        // Re-try the worse choice while it has had less than its share of the time (counted
+        // in time, not windows: a window of the slower choice lasts longer).
+        let worse_secs = if better {
+            self.plain_secs
+        } else {
+            self.speculate_secs
+        };
+        let total = self.speculate_secs + self.plain_secs;
+        if worse_secs < share * total {
+            !better
+        } else {
+            better
         }
-        self.since_explore += 1;
-        better
     }
 }
 
@@ -222,14 +251,20 @@ mod tests {
 
     #[test]
     fn runs_the_better_choice_and_retries_the_other() {
-        let p = run(3, 4, 40);
+        // Far apart: the worse gets about 2 % of the windows (all windows last as long here).
+        let p = run(3, 4, 200);
         let r = p.report()[0];
-        assert!(r.plain_windows > 3 * r.speculate_windows, "{r:?}");
-        assert!(r.speculate_windows >= 2, "{r:?}");
-        let p = run(6, 4, 40);
+        assert!(r.plain_windows > 20 * r.speculate_windows, "{r:?}");
+        assert!(r.speculate_windows >= 3, "{r:?}");
+        let p = run(6, 4, 200);
         let r = p.report()[0];
-        assert!(r.speculate_windows > 3 * r.plain_windows, "{r:?}");
-        assert!(r.plain_windows >= 2, "{r:?}");
+        assert!(r.speculate_windows > 20 * r.plain_windows, "{r:?}");
+        assert!(r.plain_windows >= 3, "{r:?}");
+        // Close: about 10 %.
+        let p = run(19, 20, 200);
+        let r = p.report()[0];
+        assert!(r.plain_windows > 5 * r.speculate_windows, "{r:?}");
+        assert!(r.speculate_windows >= 15, "{r:?}");
     }
 
     #[test]
