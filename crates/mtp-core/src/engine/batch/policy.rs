@@ -106,38 +106,58 @@ impl Default for SizeStats {
     }
 }
 
+/// Rates (speculation on, off) measured at some other batch size: what a size that lacks a
+/// measurement assumes in the meantime (their ratio).
+type Prior = Option<(f64, f64)>;
+
 impl SizeStats {
-    /// Count one forward at this size; at a window's end, record its rate and choose again.
-    fn observe(&mut self, tokens: usize, secs: f64) {
+    /// A size seen for the first time: it starts with what `prior` (the nearest measured size)
+    /// says is better, or, with nothing measured anywhere yet, with speculation.
+    fn new(prior: Prior) -> Self {
+        let mut stats = Self::default();
+        stats.current = prior.is_none_or(|(on, off)| on >= off);
+        stats
+    }
+
+    /// Count one pass at this size; at a window's end, record its rate and choose again.
+    fn observe(&mut self, tokens: usize, secs: f64, prior: Prior) {
         self.firings += 1;
         self.tokens += tokens;
         self.secs += secs;
         if self.firings < WINDOW_FIRINGS {
             return;
         }
-        if self.secs > 0.0 {
-            let rate = self.tokens as f64 / self.secs;
+        let window = self.secs;
+        if window > 0.0 {
+            let rate = self.tokens as f64 / window;
             match self.current {
                 true => {
                     self.speculate.observe(rate);
-                    self.speculate_secs += self.secs;
+                    self.speculate_secs += window;
                 }
                 false => {
                     self.plain.observe(rate);
-                    self.plain_secs += self.secs;
+                    self.plain_secs += window;
                 }
             }
         }
-        self.current = self.next_choice();
+        self.current = self.next_choice(prior, window);
         (self.firings, self.tokens, self.secs) = (0, 0, 0.0);
     }
 
-    /// The choice for the next window at this size.
-    fn next_choice(&mut self) -> bool {
-        let (on, off) = match (self.speculate.value, self.plain.value) {
-            (None, _) => return true,
-            (_, None) => return false,
-            (Some(on), Some(off)) => (on, off),
+    /// The choice for the next window at this size (`window`: how long the last one took).
+    /// The better measured choice runs; the worse gets a window when that keeps its time within
+    /// its share ([`EXPLORE_SHARE`] while close, [`EXPLORE_FAR_SHARE`] when far behind; time,
+    /// not windows, since a window of the slower choice lasts longer). A choice not measured
+    /// at this size yet is judged by `prior`'s ratio, or, without one, tried next.
+    fn next_choice(&self, prior: Prior, window: f64) -> bool {
+        let (on, off) = match (self.speculate.value, self.plain.value, prior) {
+            (Some(on), Some(off), _) => (on, off),
+            (Some(on), None, Some((p_on, p_off))) => (on, on * p_off / p_on.max(1e-12)),
+            (None, Some(off), Some((p_on, p_off))) => (off * p_on / p_off.max(1e-12), off),
+            (Some(_), None, None) => return false,
+            (None, Some(_), None) => return true,
+            (None, None, p) => return p.is_none_or(|(on, off)| on >= off),
         };
         let better = on >= off;
         let share = if on.min(off) >= CLOSE * on.max(off) {
@@ -145,15 +165,13 @@ impl SizeStats {
         } else {
             EXPLORE_FAR_SHARE
         };
-        // Re-try the worse choice while it has had less than its share of the time (counted
-        // in time, not windows: a window of the slower choice lasts longer).
         let worse_secs = if better {
             self.plain_secs
         } else {
             self.speculate_secs
         };
         let total = self.speculate_secs + self.plain_secs;
-        if worse_secs < share * total {
+        if worse_secs + window <= share * (total + window) {
             !better
         } else {
             better
@@ -211,8 +229,24 @@ impl PolicyState {
             .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
         self.last_pass = Some(now);
         let tokens = std::mem::take(&mut self.tokens);
-        self.sizes.entry(batch).or_default().observe(tokens, secs);
+        let prior = self.prior(batch);
+        self.sizes
+            .entry(batch)
+            .or_insert_with(|| SizeStats::new(prior))
+            .observe(tokens, secs, prior);
         self.size = batch;
+    }
+
+    /// The rates of the nearest other size with both choices measured.
+    fn prior(&self, batch: usize) -> Prior {
+        self.sizes
+            .iter()
+            .filter(|(&size, _)| size != batch)
+            .filter_map(|(&size, s)| {
+                Some((size.abs_diff(batch), (s.speculate.value?, s.plain.value?)))
+            })
+            .min_by_key(|(distance, _)| *distance)
+            .map(|(_, rates)| rates)
     }
 
     /// What was learned, per batch size.
@@ -276,14 +310,19 @@ mod tests {
     }
 
     #[test]
-    fn a_new_batch_size_starts_its_own_measurement() {
+    fn a_new_batch_size_starts_from_the_nearest_measured_one() {
         let mut p = run(3, 4, 4);
         assert!(!p.speculate(), "plain is better at size 4");
         let now = Instant::now() + Duration::from_secs(10);
-        p.fired(2, now);
-        assert!(p.speculate(), "an untried size speculates first");
+        p.fired(3, now);
+        assert!(!p.speculate(), "size 3 starts with size 4's choice");
         assert_eq!(p.report().len(), 2);
         p.fired(4, now + Duration::from_millis(10));
         assert!(!p.speculate(), "size 4 keeps what it learned");
+        let fresh = PolicyState::new(SpeculationPolicy::Measured);
+        assert!(
+            fresh.speculate(),
+            "with nothing measured, speculation is tried first"
+        );
     }
 }
