@@ -54,6 +54,9 @@ pub struct BatchBenchArgs {
     /// The most prompt tokens a request evaluates per batched pass.
     #[arg(long, default_value_t = 128, value_name = "N", value_parser = bounded(1, 1 << 16))]
     pub prefill_chunk: usize,
+    /// Repetitions of every variant at every concurrency, interleaved (the median is reported).
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = bounded(1, 100))]
+    pub reps: usize,
     /// Where to write the JSON report.
     #[arg(long, default_value = "mtp-bench-batch.json", value_name = "PATH")]
     pub json: PathBuf,
@@ -127,8 +130,10 @@ struct Timing {
 struct Row {
     clients: usize,
     variant: Variant,
-    /// Generated tokens per second over the run, all clients together.
+    /// Generated tokens per second over the run, all clients together (the median run's).
     total_tokens_per_sec: f64,
+    /// The same for every repetition, in run order.
+    runs_tokens_per_sec: Vec<f64>,
     /// Mean time from a request's arrival to its first token.
     mean_ttft_secs: f64,
     /// The largest such time.
@@ -155,6 +160,7 @@ struct Report {
     requests_per_client: usize,
     num_predict: usize,
     prefill_chunk: usize,
+    reps: usize,
     rows: Vec<Row>,
 }
 
@@ -229,28 +235,35 @@ pub fn run(args: BatchBenchArgs) -> anyhow::Result<ExitCode> {
         run_variant(&engine, Variant::BatchMtp, 2, &warm, args.prefill_chunk)?;
         for &clients in &args.clients {
             let mut reference: Option<Vec<Vec<u32>>> = None;
-            for variant in Variant::ALL {
-                let speculate = !matches!(variant, Variant::SerialPlain | Variant::BatchPlain);
-                let jobs = jobs_for(&ids, clients * args.requests, args.num_predict, speculate);
-                let (timings, started, report) =
-                    run_variant(&engine, variant, clients, &jobs, args.prefill_chunk)?;
-                let tokens: Vec<Vec<u32>> = timings.iter().map(|t| t.tokens.clone()).collect();
-                let identical = match &reference {
-                    Some(r) => *r == tokens,
-                    None => true,
-                };
-                reference.get_or_insert(tokens);
-                let row = summarise(clients, variant, &timings, started, identical, report);
-                console::err(&format!(
-                    "{clients:>3} clients  {:<15} {:>8.1} tok/s  ttft {:>6.3} s  stream {:>7.1} tok/s  depth {:.2}{}\n",
-                    variant.name(),
-                    row.total_tokens_per_sec,
-                    row.mean_ttft_secs,
-                    row.mean_stream_tokens_per_sec,
-                    row.mean_depth,
-                    if row.identical { "" } else { "  OUTPUT DIFFERS" },
-                ))?;
-                rows.push(row);
+            let mut runs: Vec<Vec<Row>> = vec![Vec::new(); Variant::ALL.len()];
+            // Repetitions interleaved, each in a rotated order, so drift in the machine's speed
+            // spreads over every variant; the row reported is the median run.
+            for rep in 0..args.reps {
+                for k in 0..Variant::ALL.len() {
+                    let v = (k + rep) % Variant::ALL.len();
+                    let variant = Variant::ALL[v];
+                    let speculate = !matches!(variant, Variant::SerialPlain | Variant::BatchPlain);
+                    let jobs = jobs_for(&ids, clients * args.requests, args.num_predict, speculate);
+                    let (timings, started, report) =
+                        run_variant(&engine, variant, clients, &jobs, args.prefill_chunk)?;
+                    let tokens: Vec<Vec<u32>> = timings.iter().map(|t| t.tokens.clone()).collect();
+                    let identical = reference.as_ref().is_none_or(|r| *r == tokens);
+                    reference.get_or_insert(tokens);
+                    let row = summarise(clients, variant, &timings, started, identical, report);
+                    console::err(&format!(
+                        "{clients:>3} clients  rep {rep}  {:<15} {:>8.1} tok/s  ttft {:>6.3} s  stream {:>7.1} tok/s  depth {:.2}{}\n",
+                        variant.name(),
+                        row.total_tokens_per_sec,
+                        row.mean_ttft_secs,
+                        row.mean_stream_tokens_per_sec,
+                        row.mean_depth,
+                        if row.identical { "" } else { "  OUTPUT DIFFERS" },
+                    ))?;
+                    runs[v].push(row);
+                }
+            }
+            for variant_runs in runs {
+                rows.push(median_row(variant_runs));
             }
         }
         anyhow::Ok(Report {
@@ -260,6 +273,7 @@ pub fn run(args: BatchBenchArgs) -> anyhow::Result<ExitCode> {
             requests_per_client: args.requests,
             num_predict: args.num_predict,
             prefill_chunk: args.prefill_chunk,
+            reps: args.reps,
             rows,
         })
     })?;
@@ -343,6 +357,18 @@ fn run_variant<B: Backend>(
     Ok((timings, started, Some(report)))
 }
 
+/// The run with the median total rate, carrying every run's rate and whether all were
+/// identical.
+fn median_row(mut runs: Vec<Row>) -> Row {
+    let rates: Vec<f64> = runs.iter().map(|r| r.total_tokens_per_sec).collect();
+    let identical = runs.iter().all(|r| r.identical);
+    runs.sort_by(|a, b| a.total_tokens_per_sec.total_cmp(&b.total_tokens_per_sec));
+    let mut row = runs.swap_remove(runs.len() / 2);
+    row.identical = identical;
+    row.runs_tokens_per_sec = rates;
+    row
+}
+
 fn summarise(
     clients: usize,
     variant: Variant,
@@ -388,6 +414,7 @@ fn summarise(
         clients,
         variant,
         total_tokens_per_sec: total as f64 / wall,
+        runs_tokens_per_sec: Vec::new(),
         mean_ttft_secs: ttft.iter().sum::<f64>() / n,
         max_ttft_secs: ttft.iter().copied().fold(0.0, f64::max),
         mean_stream_tokens_per_sec: stream,
@@ -408,8 +435,9 @@ fn summarise(
 /// the two batched choices.
 fn render(report: &Report) -> String {
     let mut out = format!(
-        "mtp bench-batch: {} on {} — {} requests per client, {} tokens each\n\n",
-        report.target, report.backend, report.requests_per_client, report.num_predict
+        "mtp bench-batch: {} on {} — {} requests per client, {} tokens each; median of {} \
+         interleaved runs\n\n",
+        report.target, report.backend, report.requests_per_client, report.num_predict, report.reps
     );
     out.push_str(
         "clients  variant          tok/s    x serial-plain  ttft s  stream tok/s  depth\n",

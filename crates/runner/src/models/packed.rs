@@ -32,6 +32,10 @@ pub(crate) fn pack_ids<B: Backend>(
         });
         offset += len;
     }
+    // One job (every single-sequence forward): its ids as they are, no copy.
+    if let [job] = jobs {
+        return Ok((job.ids.clone(), spans));
+    }
     let ids: Vec<&B::Array> = jobs.iter().map(|j| j.ids).collect();
     Ok((b.concat(&ids, 1)?, spans))
 }

@@ -254,7 +254,16 @@ fn run_worker<B: Backend>(
         metrics::queue_depth(left);
         Some(queued)
     };
-    if batch.max_batch <= 1 {
+    let batched = batch.max_batch > 1 && pipeline.backend().arrays_move_between_threads();
+    if batch.max_batch > 1 && !batched {
+        tracing::warn!(
+            backend = %pipeline.backend().name(),
+            "--parallel {}: this backend's arrays are bound to the thread that made them, so \
+             requests are served one at a time",
+            batch.max_batch
+        );
+    }
+    if !batched {
         let mut held = PrefixCache::new();
         while let Some(queued) = next() {
             if prefix_reuse == PrefixReuse::Off {

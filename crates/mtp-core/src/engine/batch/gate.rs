@@ -203,6 +203,9 @@ impl<'t, B: Backend> Gate<'t, B> {
         if !state.parked.is_empty() && state.parked.len() == state.members {
             state = self.serve(state, None);
         }
+        if state.members == 0 {
+            state.policy.idle();
+        }
         Self::release(&mut state);
         drop(state);
         self.changed.notify_all();

@@ -129,6 +129,9 @@ impl<B: Backend> Drop for Membership<'_, '_, B> {
 /// with it as with any engine, e.g. [`Engine::generate`]). Returns when `next` yields `None`
 /// and every job has ended.
 ///
+/// Backends whose arrays cannot move between threads (MLX) are refused
+/// ([`CoreError::BatchUnsupported`]).
+///
 /// `next` is called on the caller's thread while members run (it may block waiting for work; it
 /// is `Send`, so it shares nothing unsynchronised with the members). `run` is called on a thread per job, one job running at a
 /// time; a job that panics is ended and counted in [`BatchReport::panicked`].
@@ -145,6 +148,11 @@ where
     R: Fn(&Engine<'_, B>, J),
 {
     options.validate()?;
+    if !engine.backend.arrays_move_between_threads() {
+        return Err(CoreError::BatchUnsupported {
+            backend: engine.backend.name(),
+        });
+    }
     let gate = Gate::new(engine.backend, engine.target, options.policy);
     let panicked = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| -> Result<(), CoreError> {

@@ -214,6 +214,12 @@ impl PolicyState {
         }
     }
 
+    /// The batch is empty: the time until the next pass is idle, not a pass's interval.
+    pub fn idle(&mut self) {
+        self.last_pass = None;
+        self.tokens = 0;
+    }
+
     /// `tokens` committed by some sequence.
     pub fn committed(&mut self, tokens: usize) {
         self.tokens += tokens;
