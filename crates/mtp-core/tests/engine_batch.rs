@@ -257,15 +257,11 @@ fn sampled_sequences_keep_the_target_distribution_in_a_measured_batch() {
         },
     )
     .expect("the batch runs");
-    // The policy measured both choices, so both kinds of rounds were drawn from.
-    let size = report
-        .sizes
-        .iter()
-        .max_by_key(|s| s.speculate_windows + s.plain_windows);
-    assert!(
-        size.is_some_and(|s| s.speculate_windows > 0 && s.plain_windows > 0),
-        "{report:?}"
-    );
+    // The policy ran both choices, so both kinds of rounds were drawn from (a size that starts
+    // from a neighbour's measurement may not re-try the other within the run, so over all sizes).
+    let on: usize = report.sizes.iter().map(|s| s.speculate_windows).sum();
+    let off: usize = report.sizes.iter().map(|s| s.plain_windows).sum();
+    assert!(on > 0 && off > 0, "{report:?}");
     let counts = counts.into_inner().unwrap();
     let (_, _, p) = common::chi2::chi_square(&counts, &expected, draws as usize);
     assert!(p > 0.001, "chi2 p = {p:.4}");
