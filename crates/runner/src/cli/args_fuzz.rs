@@ -105,6 +105,10 @@ fn parse_and_resolve(argv: &[String]) -> bool {
     let (sampling, draft, proposers) = match &cli.command {
         Command::Generate(args) => (&args.sampling, Some(&args.draft), &args.proposers),
         Command::Bench(args) => (&args.sampling, None, &args.proposers),
+        Command::BenchBatch(args) => {
+            let _ = args.proposers.choice(None);
+            return true;
+        }
         #[cfg(feature = "server")]
         Command::Serve(_) => return true,
     };

@@ -114,9 +114,10 @@ impl SizeStats {
     /// A size seen for the first time: it starts with what `prior` (the nearest measured size)
     /// says is better, or, with nothing measured anywhere yet, with speculation.
     fn new(prior: Prior) -> Self {
-        let mut stats = Self::default();
-        stats.current = prior.is_none_or(|(on, off)| on >= off);
-        stats
+        Self {
+            current: prior.is_none_or(|(on, off)| on >= off),
+            ..Self::default()
+        }
     }
 
     /// Count one pass at this size; at a window's end, record its rate and choose again.
