@@ -6,9 +6,9 @@
 //! Each sequence runs the ordinary [`Engine`] — its own caches, sampler, seed, acceptance rule,
 //! proposers and draft schedule, so everything proven of one generation holds for each — but
 //! its target is a member of the batch: a forward or an unembedding parks at a gate, and when
-//! every member has parked, one [`TargetModel::forward_batch`] runs all the forwards (ragged:
+//! every member has parked, one [`TargetModel::forward_batch`](crate::model::TargetModel::forward_batch) runs all the forwards (ragged:
 //! each with its own tokens, positions and caches, so a sequence drafting `k` tokens rides
-//! beside one taking a plain step) and one [`TargetModel::unembed_batch`] all the
+//! beside one taking a plain step) and one [`TargetModel::unembed_batch`](crate::model::TargetModel::unembed_batch) all the
 //! unembeddings; each member then judges its own rows and commits its own accepted prefix in
 //! its own caches' speculation transaction. Members run one at a time (the gate's baton; see
 //! `gate.rs`), so no backend needs to be thread-safe.

@@ -19,7 +19,7 @@ use serde::Serialize;
 /// Batched forwards per measurement window.
 pub const WINDOW_FIRINGS: usize = 24;
 /// The share of a batch size's time the worse choice gets (re-tries), while the two are close
-/// (the worse within [`CLOSE`] of the better): a re-try then costs little and may well change
+/// (the worse within 85 % of the better): a re-try then costs little and may well change
 /// the choice.
 pub const EXPLORE_SHARE: f64 = 0.10;
 /// The same when the worse choice is far behind: a re-try then costs more and is less likely
