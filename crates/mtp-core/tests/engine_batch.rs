@@ -9,7 +9,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
-use mtp_core::engine::batch::{serve, BatchOptions, BatchReport, SpeculationPolicy};
+use mtp_core::engine::batch::{
+    serve, serve_with_memory, BatchOptions, BatchReport, PolicyMemory, SpeculationPolicy,
+};
 use mtp_core::engine::{CancelToken, DoneReason, Engine, GenerateRequest, SinkFlow, TokenSink};
 use mtp_core::options::ValidationMode;
 use mtp_core::proposer::{NgramOptions, NgramProposer};
@@ -359,4 +361,50 @@ fn a_panicking_job_ends_alone() {
     .expect("the batch runs");
     assert_eq!(report.panicked, 1);
     assert_eq!(*done.lock().unwrap(), 3);
+}
+
+#[test]
+fn a_policy_memory_carries_what_was_learned_to_the_next_batch() {
+    let b = B::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let target = target(random_config(&mut rng, 9));
+    let engine = Engine::new(&b, &target).with_env(no_env());
+    let mut memory = PolicyMemory::new(SpeculationPolicy::Measured);
+    let options = BatchOptions {
+        max_batch: 2,
+        ..BatchOptions::default()
+    };
+    let windows = |m: &PolicyMemory| -> usize {
+        m.report()
+            .iter()
+            .map(|s| s.speculate_windows + s.plain_windows)
+            .sum()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let mut left = 4;
+        serve_with_memory(
+            &engine,
+            &options,
+            &mut memory,
+            move || {
+                left -= 1;
+                (left >= 0).then_some(())
+            },
+            |engine, ()| {
+                let request = GenerateRequest::greedy(vec![1, 2, 3], 40);
+                engine
+                    .generate(
+                        &request,
+                        &mut mtp_core::engine::DiscardSink,
+                        &CancelToken::new(),
+                    )
+                    .expect("runs");
+            },
+        )
+        .expect("the batch runs");
+        seen.push(windows(&memory));
+    }
+    assert!(seen[0] > 0, "the first batch measured windows: {seen:?}");
+    assert!(seen[1] > seen[0], "the second added to them: {seen:?}");
 }

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::Args;
-use mtp_core::engine::batch::{self, BatchOptions, SizeReport, SpeculationPolicy};
+use mtp_core::engine::batch::{self, BatchOptions, PolicyMemory, SizeReport, SpeculationPolicy};
 use mtp_core::engine::{CancelToken, Engine, GenerateRequest, SinkFlow, TokenSink};
 use mtp_core::options::DraftOverrides;
 use mtp_core::Backend;
@@ -231,11 +231,31 @@ pub fn run(args: BatchBenchArgs) -> anyhow::Result<ExitCode> {
         let mut rows = Vec::new();
         // Warm up (caches, allocator, threads) on a short run of each kind.
         let warm = jobs_for(&ids, 2, args.num_predict.min(8), true);
-        run_variant(&engine, Variant::SerialMtp, 2, &warm, args.prefill_chunk)?;
-        run_variant(&engine, Variant::BatchMtp, 2, &warm, args.prefill_chunk)?;
+        let mut scratch = PolicyMemory::new(SpeculationPolicy::Always);
+        run_variant(
+            &engine,
+            Variant::SerialMtp,
+            2,
+            &warm,
+            (args.prefill_chunk, &mut scratch),
+        )?;
+        run_variant(
+            &engine,
+            Variant::BatchMtp,
+            2,
+            &warm,
+            (args.prefill_chunk, &mut scratch),
+        )?;
         for &clients in &args.clients {
             let mut reference: Option<Vec<Vec<u32>>> = None;
             let mut runs: Vec<Vec<Row>> = vec![Vec::new(); Variant::ALL.len()];
+            // The measured policy keeps what it learned from one repetition to the next, as a
+            // server's batch keeps it for the worker's lifetime (repetition 0 learns from
+            // nothing; every repetition's rate is in the report).
+            let mut memories: Vec<PolicyMemory> = Variant::ALL
+                .iter()
+                .map(|v| PolicyMemory::new(v.policy().unwrap_or(SpeculationPolicy::Never)))
+                .collect();
             // Repetitions interleaved, each in a rotated order, so drift in the machine's speed
             // spreads over every variant; the row reported is the median run.
             for rep in 0..args.reps {
@@ -244,8 +264,13 @@ pub fn run(args: BatchBenchArgs) -> anyhow::Result<ExitCode> {
                     let variant = Variant::ALL[v];
                     let speculate = !matches!(variant, Variant::SerialPlain | Variant::BatchPlain);
                     let jobs = jobs_for(&ids, clients * args.requests, args.num_predict, speculate);
-                    let (timings, started, report) =
-                        run_variant(&engine, variant, clients, &jobs, args.prefill_chunk)?;
+                    let (timings, started, report) = run_variant(
+                        &engine,
+                        variant,
+                        clients,
+                        &jobs,
+                        (args.prefill_chunk, &mut memories[v]),
+                    )?;
                     let tokens: Vec<Vec<u32>> = timings.iter().map(|t| t.tokens.clone()).collect();
                     let identical = reference.as_ref().is_none_or(|r| *r == tokens);
                     reference.get_or_insert(tokens);
@@ -311,10 +336,10 @@ fn run_variant<B: Backend>(
     variant: Variant,
     clients: usize,
     jobs: &[Job],
-    prefill_chunk: usize,
+    (prefill_chunk, memory): (usize, &mut PolicyMemory),
 ) -> anyhow::Result<Run> {
     let started = Instant::now();
-    let Some(policy) = variant.policy() else {
+    let Some(_) = variant.policy() else {
         // One at a time: job i arrives when its client's previous job ended.
         let mut timings: Vec<Timing> = Vec::with_capacity(jobs.len());
         for job in jobs {
@@ -329,16 +354,17 @@ fn run_variant<B: Backend>(
     let options = BatchOptions {
         max_batch: clients,
         prefill_chunk,
-        policy,
+        ..BatchOptions::default()
     };
     let results: Mutex<Vec<Option<anyhow::Result<Timing>>>> =
         Mutex::new((0..jobs.len()).map(|_| None).collect());
     let mut queue = jobs.iter().cloned();
     // A job is taken when a place frees, i.e. when one of the clients' previous jobs ended:
     // its arrival.
-    let report = batch::serve(
+    let report = batch::serve_with_memory(
         engine,
         &options,
+        memory,
         move || queue.next().map(|job| (job, Instant::now())),
         |engine, (job, arrived): (Job, Instant)| {
             let timing = timed(engine, &job, arrived);

@@ -15,7 +15,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::Thread;
 use std::time::Instant;
 
-use super::policy::{PolicyState, SizeReport, SpeculationPolicy};
+use super::policy::{PolicyState, SizeReport};
 use crate::cache::CacheSet;
 use crate::model::{ForwardJob, TargetModel, TargetOutput};
 use crate::{Backend, CoreError};
@@ -90,7 +90,7 @@ unsafe impl<B: Backend> Sync for Gate<'_, B> {}
 unsafe impl<B: Backend> Send for Gate<'_, B> {}
 
 impl<'t, B: Backend> Gate<'t, B> {
-    pub fn new(backend: &'t B, target: &'t dyn TargetModel<B>, policy: SpeculationPolicy) -> Self {
+    pub fn new(backend: &'t B, target: &'t dyn TargetModel<B>, policy: PolicyState) -> Self {
         Self {
             backend,
             target,
@@ -103,7 +103,7 @@ impl<'t, B: Backend> Gate<'t, B> {
                 parked: Vec::new(),
                 done: HashMap::new(),
                 next_ticket: 0,
-                policy: PolicyState::new(policy),
+                policy,
                 counts: GateCounts::default(),
             }),
             changed: Condvar::new(),
@@ -219,6 +219,14 @@ impl<'t, B: Backend> Gate<'t, B> {
     /// `tokens` committed by a member (for the policy's measurement).
     pub fn committed(&self, tokens: usize) {
         self.lock().policy.committed(tokens);
+    }
+
+    /// The policy's state, for a later batch ([`super::PolicyMemory`]).
+    pub fn into_policy(self) -> PolicyState {
+        self.state
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .policy
     }
 
     pub fn report(&self) -> (GateCounts, Vec<SizeReport>) {

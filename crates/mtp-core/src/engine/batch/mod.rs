@@ -97,6 +97,24 @@ pub struct BatchReport {
     pub panicked: usize,
 }
 
+/// What a batch's speculation policy has learned, kept from one batch to the next (a server's
+/// batch lives as long as its worker; a benchmark that runs several batches keeps it here so
+/// that each does not learn from nothing).
+#[derive(Debug, Clone)]
+pub struct PolicyMemory(policy::PolicyState);
+
+impl PolicyMemory {
+    /// Nothing learned yet, under `policy`.
+    pub fn new(policy: SpeculationPolicy) -> Self {
+        Self(policy::PolicyState::new(policy))
+    }
+
+    /// What was learned, per batch size.
+    pub fn report(&self) -> Vec<SizeReport> {
+        self.0.report()
+    }
+}
+
 /// A value moved to a member's thread: references to the engine, the gate and `run`, whose
 /// backend values need not be thread-safe.
 struct Handoff<T>(T);
@@ -138,6 +156,25 @@ impl<B: Backend> Drop for Membership<'_, '_, B> {
 pub fn serve<B, J, N, R>(
     engine: &Engine<'_, B>,
     options: &BatchOptions,
+    next: N,
+    run: R,
+) -> Result<BatchReport, CoreError>
+where
+    B: Backend,
+    J: Send,
+    N: FnMut() -> Option<J> + Send,
+    R: Fn(&Engine<'_, B>, J),
+{
+    let mut memory = PolicyMemory::new(options.policy);
+    serve_with_memory(engine, options, &mut memory, next, run)
+}
+
+/// [`serve`] with the speculation policy's state taken from `memory` and left there when the
+/// batch ends (its policy is `memory`'s; `options.policy` is not used).
+pub fn serve_with_memory<B, J, N, R>(
+    engine: &Engine<'_, B>,
+    options: &BatchOptions,
+    memory: &mut PolicyMemory,
     mut next: N,
     run: R,
 ) -> Result<BatchReport, CoreError>
@@ -153,7 +190,10 @@ where
             backend: engine.backend.name(),
         });
     }
-    let gate = Gate::new(engine.backend, engine.target, options.policy);
+    let mut policy = memory.0.clone();
+    // The time since the last batch ended is idle, not a pass's interval.
+    policy.idle();
+    let gate = Gate::new(engine.backend, engine.target, policy);
     let panicked = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| -> Result<(), CoreError> {
         loop {
@@ -193,6 +233,7 @@ where
         Ok(())
     })?;
     let (counts, sizes) = gate.report();
+    memory.0 = gate.into_policy();
     Ok(BatchReport {
         counts,
         sizes,

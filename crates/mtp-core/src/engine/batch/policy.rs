@@ -184,7 +184,7 @@ impl SizeStats {
 /// its own window, so a batch whose size changes between passes (jobs arriving and ending)
 /// still completes windows at every size it spends time at: each pass's interval (since the
 /// pass before) and the tokens committed in it count toward the size of that pass.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct PolicyState {
     policy: SpeculationPolicy,
     sizes: BTreeMap<usize, SizeStats>,
