@@ -13,11 +13,13 @@ use mtp_core::engine::batch::{
     serve, serve_with_memory, BatchOptions, BatchReport, PolicyMemory, SpeculationPolicy,
 };
 use mtp_core::engine::{CancelToken, DoneReason, Engine, GenerateRequest, SinkFlow, TokenSink};
+use mtp_core::model::TargetModel;
 use mtp_core::options::ValidationMode;
 use mtp_core::proposer::{NgramOptions, NgramProposer};
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
 use mtp_core::testing::{TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget};
+use mtp_core::Backend;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -407,4 +409,83 @@ fn a_policy_memory_carries_what_was_learned_to_the_next_batch() {
     }
     assert!(seen[0] > 0, "the first batch measured windows: {seen:?}");
     assert!(seen[1] > seen[0], "the second added to them: {seen:?}");
+}
+
+/// A target whose forward panics on a prompt of `bad_len` tokens.
+struct PanicsOn<'t> {
+    inner: &'t TinyTarget<B>,
+    bad_len: usize,
+}
+
+impl TargetModel<B> for PanicsOn<'_> {
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+    fn max_context(&self) -> usize {
+        self.inner.max_context()
+    }
+    fn new_caches(&self, b: &B) -> Result<mtp_core::cache::CacheSet<B>, mtp_core::CoreError> {
+        self.inner.new_caches(b)
+    }
+    fn forward(
+        &self,
+        b: &B,
+        ids: &<B as Backend>::Array,
+        start: usize,
+        caches: &mut mtp_core::cache::CacheSet<B>,
+    ) -> Result<mtp_core::model::TargetOutput<B>, mtp_core::CoreError> {
+        if start == 0 && b.shape(ids)[1] == self.bad_len {
+            panic!("a model bug");
+        }
+        self.inner.forward(b, ids, start, caches)
+    }
+    fn unembed(
+        &self,
+        b: &B,
+        hidden: &<B as Backend>::Array,
+    ) -> Result<<B as Backend>::Array, mtp_core::CoreError> {
+        self.inner.unembed(b, hidden)
+    }
+    fn token_embeddings(
+        &self,
+        b: &B,
+        ids: &<B as Backend>::Array,
+    ) -> Result<<B as Backend>::Array, mtp_core::CoreError> {
+        self.inner.token_embeddings(b, ids)
+    }
+}
+
+#[test]
+fn a_model_that_panics_inside_a_batched_pass_fails_its_pass_and_nothing_hangs() {
+    let b = B::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let inner = target(random_config(&mut rng, 11));
+    let model = PanicsOn {
+        inner: &inner,
+        bad_len: 7,
+    };
+    let engine = Engine::new(&b, &model).with_env(no_env());
+    let outcomes = Mutex::new(Vec::new());
+    let mut prompts = vec![vec![1u32; 7], vec![2u32; 3], vec![3u32; 4], vec![4u32; 5]].into_iter();
+    serve(
+        &engine,
+        &BatchOptions::default(),
+        move || prompts.next(),
+        |engine, prompt: Vec<u32>| {
+            let len = prompt.len();
+            let request = GenerateRequest::greedy(prompt, 6);
+            let ok = engine
+                .generate(
+                    &request,
+                    &mut mtp_core::engine::DiscardSink,
+                    &CancelToken::new(),
+                )
+                .is_ok();
+            outcomes.lock().unwrap().push((len, ok));
+        },
+    )
+    .expect("the batch ends");
+    let outcomes = outcomes.into_inner().unwrap();
+    assert_eq!(outcomes.len(), 4, "every job ended: {outcomes:?}");
+    assert!(outcomes.contains(&(7, false)), "{outcomes:?}");
 }

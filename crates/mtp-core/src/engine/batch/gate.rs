@@ -11,6 +11,7 @@
 //! although the backends' types need not be `Send` or `Sync`.
 
 use std::collections::{HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::Thread;
 use std::time::Instant;
@@ -270,7 +271,19 @@ impl<'t, B: Backend> Gate<'t, B> {
         let parked = std::mem::take(&mut state.parked);
         let members = state.members;
         drop(state);
-        let results = self.run(parked);
+        let tickets: Vec<u64> = parked.iter().map(|(t, _)| *t).collect();
+        // A panic inside the model must not leave the other members waiting for ever: each
+        // gets an error (its caches were in the failed call).
+        let results = catch_unwind(AssertUnwindSafe(|| self.run(parked))).unwrap_or_else(|_| {
+            let failed = tickets
+                .iter()
+                .map(|&t| {
+                    let error = CoreError::Model("the batched target call panicked".into());
+                    (t, Done::Unembed(Err(error.into())))
+                })
+                .collect();
+            (failed, 1)
+        });
         let mut state = self.lock();
         state.counts.passes += results.1;
         state.counts.items += results.0.len();

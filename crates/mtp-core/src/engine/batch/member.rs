@@ -65,7 +65,9 @@ impl<'g, 't, B: Backend> GatedTarget<'g, 't, B> {
                 *caches = back;
                 output
             }
-            Done::Unembed(_) => Err(CoreError::Model(
+            // The batched call failed before it could hand the caches back (a panic).
+            Done::Unembed(Err(e)) => Err(e),
+            Done::Unembed(Ok(_)) => Err(CoreError::Model(
                 "the batch answered a forward with logits (its caches are lost)".into(),
             )
             .into()),
