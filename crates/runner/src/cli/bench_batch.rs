@@ -339,7 +339,7 @@ fn run_variant<B: Backend>(
     (prefill_chunk, memory): (usize, &mut PolicyMemory),
 ) -> anyhow::Result<Run> {
     let started = Instant::now();
-    let Some(_) = variant.policy() else {
+    if variant.policy().is_none() {
         // One at a time: job i arrives when its client's previous job ended.
         let mut timings: Vec<Timing> = Vec::with_capacity(jobs.len());
         for job in jobs {
@@ -350,7 +350,7 @@ fn run_variant<B: Backend>(
             timings.push(timed(engine, job, arrived)?);
         }
         return Ok((timings, started, None));
-    };
+    }
     let options = BatchOptions {
         max_batch: clients,
         prefill_chunk,

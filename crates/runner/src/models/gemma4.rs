@@ -36,7 +36,7 @@ use mtp_core::{AttentionMask, Backend, CoreError, DType, ForwardMasks};
 use super::config::{KvRole, LayerType, ResolvedText};
 use super::layers::{DecoderLayer, LayerDims};
 use super::nn::{soft_cap, Embedding, Linear};
-use super::packed::{join, pack_ids, rows, split_outputs};
+use super::packed::{forward_alone, join, pack_ids, rows, split_outputs};
 use crate::loading::{ArrayLoader, LoadResult};
 
 /// The per-layer input embeddings (PLE) of a target.
@@ -232,10 +232,7 @@ impl<B: Backend> TargetModel<B> for Gemma4Target<B> {
         start: usize,
         caches: &mut CacheSet<B>,
     ) -> Result<TargetOutput<B>, B::Error> {
-        let mut job = [ForwardJob { ids, start, caches }];
-        let mut out = self.forward_batch(b, &mut job)?;
-        out.pop()
-            .ok_or_else(|| CoreError::Model("a forward returned no output".into()).into())
+        forward_alone(self, b, ids, start, caches)
     }
 
     /// The jobs' rows packed (one job: exactly the single-sequence forward): embeddings, PLE,

@@ -2,8 +2,9 @@
 //! MLPs, the head) run once over every sequence's rows; attention runs per sequence, over its
 //! own positions and caches.
 
-use mtp_core::model::{ForwardJob, TargetOutput};
-use mtp_core::Backend;
+use mtp_core::cache::CacheSet;
+use mtp_core::model::{ForwardJob, TargetModel, TargetOutput};
+use mtp_core::{Backend, CoreError};
 
 /// Where one sequence's rows sit in a packed block.
 #[derive(Debug, Clone, Copy)]
@@ -75,4 +76,20 @@ pub(crate) fn split_outputs<B: Backend>(
             })
         })
         .collect()
+}
+
+/// One sequence's forward as a batch of one, for a model whose
+/// [`forward_batch`](TargetModel::forward_batch) is its forward (one job runs exactly the
+/// single-sequence operations).
+pub(crate) fn forward_alone<B: Backend, M: TargetModel<B> + ?Sized>(
+    model: &M,
+    b: &B,
+    ids: &B::Array,
+    start: usize,
+    caches: &mut CacheSet<B>,
+) -> Result<TargetOutput<B>, B::Error> {
+    let mut job = [ForwardJob { ids, start, caches }];
+    let mut out = model.forward_batch(b, &mut job)?;
+    out.pop()
+        .ok_or_else(|| CoreError::Model("a forward returned no output".into()).into())
 }

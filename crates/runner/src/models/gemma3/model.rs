@@ -2,7 +2,7 @@
 
 use mtp_core::cache::{CacheSet, FullKvCache, KvCache, RotatingKvCache};
 use mtp_core::model::{ForwardJob, TargetModel, TargetOutput};
-use mtp_core::{AttentionMask, Backend, CoreError, DType, ForwardMasks};
+use mtp_core::{AttentionMask, Backend, DType, ForwardMasks};
 
 use super::config::Gemma3Resolved;
 use super::layer::{DecoderLayer, Dims};
@@ -10,7 +10,7 @@ use super::weights::WeightSource;
 use crate::loading::LoadResult;
 use crate::models::config::LayerType;
 use crate::models::nn::{soft_cap, Embedding, Linear};
-use crate::models::packed::{join, pack_ids, rows, split_outputs};
+use crate::models::packed::{forward_alone, join, pack_ids, rows, split_outputs};
 
 /// A loaded Gemma 3 text model; see the [module docs](crate::models::gemma3).
 #[derive(Debug)]
@@ -104,14 +104,12 @@ impl<B: Backend> TargetModel<B> for Gemma3Target<B> {
         start: usize,
         caches: &mut CacheSet<B>,
     ) -> Result<TargetOutput<B>, B::Error> {
-        let mut job = [ForwardJob { ids, start, caches }];
-        let mut out = self.forward_batch(b, &mut job)?;
-        out.pop()
-            .ok_or_else(|| CoreError::Model("a forward returned no output".into()).into())
+        forward_alone(self, b, ids, start, caches)
     }
 
-    /// The jobs' rows packed (one job: exactly the single-sequence forward): embeddings, projections, MLPs and the final norm run once over
-    /// all of them; rotary positions, cache updates, masks and attention per sequence.
+    /// The jobs' rows packed (one job: exactly the single-sequence forward): embeddings,
+    /// projections, MLPs and the final norm run once over all of them; rotary positions, cache
+    /// updates, masks and attention per sequence.
     fn forward_batch(
         &self,
         b: &B,
