@@ -52,6 +52,9 @@ def plain_row(ours: dict) -> dict:
 def run_prompt(llm, ids: list[int], num_predict: int, out: list[int] | None = None) -> tuple[float, float]:
     """(prefill tokens/s, decode tokens/s) of one greedy generation of `num_predict` tokens (the
     tokens appended to `out` when given)."""
+    # llama-cpp-python keeps the last prompt's KV and `generate(reset=True)` still reuses its
+    # longest common prefix, so a repeated prompt would "prefill" one token: forget it first.
+    llm.reset()
     start = time.perf_counter()
     first = last = None
     count = 0

@@ -62,6 +62,7 @@ pub mod qmatmul;
 mod quantized;
 #[cfg(test)]
 mod quantized_tests;
+mod row_scan;
 #[cfg(test)]
 mod tests;
 mod topk;
@@ -249,6 +250,13 @@ impl Backend for CandleBackend {
 
     fn argmax(&self, x: &Tensor, axis: usize) -> Result<Tensor> {
         ops::argmax(x, axis)
+    }
+
+    fn non_finite_rows(&self, x: &Tensor, axis: usize) -> Result<Tensor> {
+        match ops::non_finite_rows(x, axis)? {
+            Some(flags) => Ok(flags),
+            None => mtp_core::backend::default_non_finite_rows(self, x, axis),
+        }
     }
 
     fn argsort(&self, x: &Tensor, axis: usize, order: SortOrder) -> Result<Tensor> {

@@ -12,6 +12,7 @@ use mtp_core::backend::{check_f32_source, check_le_source, float_to_int, i32s_as
 use mtp_core::{BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp};
 
 use crate::error::{CandleError, Result};
+use crate::row_scan;
 
 // ---------------------------------------------------------------------------------- dtypes
 
@@ -520,6 +521,9 @@ pub(crate) fn argmax(x: &Tensor, axis: usize) -> Result<Tensor> {
     if x.elem_count() == 0 {
         return Ok(Tensor::zeros(out_shape, CDType::U32, x.device())?);
     }
+    if let Some(ids) = row_scan::map_rows(x, axis, row_scan::argmax) {
+        return Ok(Tensor::from_vec(ids, out_shape, x.device())?);
+    }
     // candle's kernel keeps the first index on ties (`if best < v`) but a leading NaN would win:
     // NaN is made -inf so that it never does.
     let x = if dtype.is_float() {
@@ -533,6 +537,20 @@ pub(crate) fn argmax(x: &Tensor, axis: usize) -> Result<Tensor> {
         Ok(idx)
     } else {
         Ok(idx.to_dtype(CDType::U32)?)
+    }
+}
+
+/// [`mtp_core::Backend::non_finite_rows`]: one scan per row for a contiguous `f32` CPU tensor
+/// along its last axis, else `None` (the trait's default body runs).
+pub(crate) fn non_finite_rows(x: &Tensor, axis: usize) -> Result<Option<Tensor>> {
+    check_axis("non_finite_rows", axis, x.rank())?;
+    match row_scan::map_rows(x, axis, row_scan::non_finite) {
+        Some(flags) => Ok(Some(Tensor::from_vec(
+            flags,
+            kept(x.dims(), axis),
+            x.device(),
+        )?)),
+        None => Ok(None),
     }
 }
 

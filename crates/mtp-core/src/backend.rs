@@ -153,6 +153,20 @@ fn stored_float_count(op: &'static str, len: usize, src: DType) -> Result<usize,
     Ok(len / width)
 }
 
+/// The portable body of [`Backend::non_finite_rows`] (NaN lifted to +∞, then the row maximum
+/// compared with ±∞), for a backend whose fused version covers only some arrays.
+pub fn default_non_finite_rows<B: Backend>(
+    b: &B,
+    x: &B::Array,
+    axis: usize,
+) -> Result<B::Array, B::Error> {
+    let infinity = b.scalar(f32::INFINITY, b.dtype(x))?;
+    let nan = b.compare(x, x, CompareOp::Ne)?;
+    let lifted = b.where_cond(&nan, &infinity, x)?;
+    let max = b.reduce(&lifted, axis, ReduceOp::Max)?;
+    b.compare(&b.unary(&max, UnaryOp::Abs)?, &infinity, CompareOp::Eq)
+}
+
 /// An error naming `op` unless `len` stored bytes of the float dtype `src` hold whole values that
 /// exactly fill `shape` and `dtype` is a float dtype: the argument rule of every backend's
 /// [`Backend::from_le_bytes`].
@@ -1038,10 +1052,6 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
     /// +∞, then the row maximum compared with ±∞) is five elementwise/reduction ops; a backend
     /// may fuse it.
     fn non_finite_rows(&self, x: &Self::Array, axis: usize) -> Result<Self::Array, Self::Error> {
-        let infinity = self.scalar(f32::INFINITY, self.dtype(x))?;
-        let nan = self.compare(x, x, CompareOp::Ne)?;
-        let lifted = self.where_cond(&nan, &infinity, x)?;
-        let max = self.reduce(&lifted, axis, ReduceOp::Max)?;
-        self.compare(&self.unary(&max, UnaryOp::Abs)?, &infinity, CompareOp::Eq)
+        default_non_finite_rows(self, x, axis)
     }
 }

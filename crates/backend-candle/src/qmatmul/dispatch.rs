@@ -1,13 +1,14 @@
 //! Picking the kernel for a (type, instruction set) pair and splitting the output rows into
-//! tasks on rayon's global pool.
+//! tasks on the [`SpinPool`].
 
 use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
-use mtp_core::quant::GgmlType;
-use rayon::prelude::*;
+use mtp_core::quant::{GgmlType, QuantTensor};
 
 use super::acts::{quantize_q8_0, quantize_q8_k, BlockQ8K, BlockQ8_0, Quantized};
 use super::block32::{self, Block32};
+use super::pool::SpinPool;
 use super::q4_0::Q4_0;
 use super::q4_k::Q4K;
 use super::q5_0::Q5_0;
@@ -23,82 +24,107 @@ type Kernel<A> = fn(&[u8], usize, Range<usize>, &Quantized<A>, &mut [&mut [f32]]
 /// Tasks per pool thread (load balance against the other work of a shared machine).
 const TASKS_PER_THREAD: usize = 4;
 
-/// The least weight bytes a task streams (below this, a task costs more to schedule than run).
+/// The least weight bytes a task streams (below this, a task costs more to hand out than run).
 const MIN_TASK_BYTES: usize = 32 << 10;
 
-/// `y = x @ Wᵀ`, `y` `[n, rows]`; the shapes were checked by the caller.
+/// `y = x @ Wᵀ`, `y` `[n, rows]`, on `pool`; the shapes were checked by the caller.
 pub(super) fn matmul(
     ty: GgmlType,
-    weights: &[u8],
-    rows: usize,
-    cols: usize,
+    weight: &Arc<QuantTensor>,
     x: &[f32],
     n: usize,
     simd: Simd,
+    pool: &SpinPool,
 ) -> Result<Vec<f32>, QMatMulError> {
-    let row_bytes = cols / ty.block_size() * ty.block_bytes();
-    let mut y = vec![0f32; n * rows];
+    let [rows, cols] = weight.shape();
     if n == 0 || rows == 0 || cols == 0 {
-        return Ok(y);
+        return Ok(vec![0f32; n * rows]);
     }
-    let per_task = rows_per_task(rows, row_bytes);
-    let mut tasks: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(per_task))
-        .map(|_| Vec::with_capacity(n))
-        .collect();
-    for y_row in y.chunks_mut(rows) {
-        for (task, part) in tasks.iter_mut().zip(y_row.chunks_mut(per_task)) {
-            task.push(part);
-        }
-    }
-    match ty {
+    let row_bytes = cols / ty.block_size() * ty.block_bytes();
+    let per_task = rows_per_task(rows, row_bytes, pool.threads());
+    let plan = Plan {
+        weight: weight.clone(),
+        row_bytes,
+        rows,
+        per_task,
+        n,
+    };
+    let parts = match ty {
         GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 => {
-            let acts = quantize_q8_0(x, n, cols)?;
-            let kernel = block32_kernel(ty, simd);
-            run(tasks, per_task, |r, out| {
-                kernel(weights, row_bytes, r, &acts, out)
-            });
+            plan.run(pool, block32_kernel(ty, simd), quantize_q8_0(x, n, cols)?)?
         }
         GgmlType::Q4K | GgmlType::Q6K => {
-            let acts = quantize_q8_k(x, cols);
-            let kernel = superblock_kernel(ty, simd);
-            run(tasks, per_task, |r, out| {
-                kernel(weights, row_bytes, r, &acts, out)
-            });
+            plan.run(pool, superblock_kernel(ty, simd), quantize_q8_k(x, cols))?
         }
         other => {
             return Err(QMatMulError::UnsupportedFormat {
                 format: format!("GGUF {other}"),
             })
         }
+    };
+    // Task `t` computed weight rows `t · per_task ..` for every activation row: output row `j`
+    // is the `j`-th row of every task's buffer, in task order.
+    let mut y = Vec::with_capacity(n * rows);
+    for j in 0..n {
+        for part in &parts {
+            let len = part.len() / n;
+            y.extend_from_slice(&part[j * len..][..len]);
+        }
     }
     Ok(y)
 }
 
-/// Weight rows per task: about [`TASKS_PER_THREAD`] tasks per thread of the global pool, none
-/// smaller than [`MIN_TASK_BYTES`] of weights.
-fn rows_per_task(rows: usize, row_bytes: usize) -> usize {
-    let tasks = rayon::current_num_threads().max(1) * TASKS_PER_THREAD;
+/// How one product is split: task `t` computes weight rows `t · per_task ..` (at most
+/// `per_task`) for all `n` activation rows, into a buffer of its own (`[n, len]`).
+struct Plan {
+    weight: Arc<QuantTensor>,
+    row_bytes: usize,
+    rows: usize,
+    per_task: usize,
+    n: usize,
+}
+
+impl Plan {
+    /// Every task's buffer, in task order.
+    fn run<A: Send + Sync + 'static>(
+        self,
+        pool: &SpinPool,
+        kernel: Kernel<A>,
+        acts: Quantized<A>,
+    ) -> Result<Vec<Vec<f32>>, QMatMulError> {
+        let tasks = self.rows.div_ceil(self.per_task);
+        let parts: Arc<Vec<Mutex<Vec<f32>>>> =
+            Arc::new((0..tasks).map(|_| Mutex::new(Vec::new())).collect());
+        let written = parts.clone();
+        pool.run(tasks, move |t| {
+            let start = t * self.per_task;
+            let len = self.per_task.min(self.rows - start);
+            let mut part = vec![0f32; self.n * len];
+            let mut out: Vec<&mut [f32]> = part.chunks_mut(len).collect();
+            kernel(
+                self.weight.data(),
+                self.row_bytes,
+                start..start + len,
+                &acts,
+                &mut out,
+            );
+            *written[t].lock().unwrap_or_else(|p| p.into_inner()) = part;
+        })
+        .map_err(|_| QMatMulError::TaskPanicked)?;
+        Ok(parts
+            .iter()
+            .map(|p| std::mem::take(&mut *p.lock().unwrap_or_else(|p| p.into_inner())))
+            .collect())
+    }
+}
+
+/// Weight rows per task: about [`TASKS_PER_THREAD`] tasks per thread of the pool, none smaller
+/// than [`MIN_TASK_BYTES`] of weights.
+fn rows_per_task(rows: usize, row_bytes: usize, threads: usize) -> usize {
+    let tasks = threads.max(1) * TASKS_PER_THREAD;
     rows.div_ceil(tasks)
         .max(MIN_TASK_BYTES.div_ceil(row_bytes.max(1)))
         .clamp(1, rows.max(1))
-}
-
-/// Run `f(weight rows, outputs)` for every task, on the pool when there is more than one.
-fn run(
-    tasks: Vec<Vec<&mut [f32]>>,
-    per_task: usize,
-    f: impl Fn(Range<usize>, &mut [&mut [f32]]) + Sync,
-) {
-    let go = |(t, mut out): (usize, Vec<&mut [f32]>)| {
-        let start = t * per_task;
-        let len = out.first().map_or(0, |o| o.len());
-        f(start..start + len, &mut out);
-    };
-    if tasks.len() == 1 {
-        tasks.into_iter().enumerate().for_each(go);
-    } else {
-        tasks.into_par_iter().enumerate().for_each(go);
-    }
 }
 
 fn block32_kernel(ty: GgmlType, simd: Simd) -> Kernel<BlockQ8_0> {

@@ -17,8 +17,9 @@
 //!   candle's `QMatMul` (the backend says so once per type).
 //! * Instruction set: [`Simd::best`], detected at run time — AVX2 + FMA on x86-64, else the
 //!   portable scalar kernels (which are also the tests' oracle for the SIMD ones).
-//! * Threads: output rows are split into tasks on rayon's global pool (whose size
-//!   `--threads` sets), a few tasks per thread.
+//! * Threads: output rows are split into tasks on the [`SpinPool`] (the caller and workers
+//!   that poll for the next product; sized like rayon's global pool, which `--threads` sets),
+//!   a few tasks per thread.
 
 // The modules allowed `unsafe` hold the SIMD kernels (or, in `dispatch`, the one call into them
 // after the CPU check); every unsafe block says why it is sound.
@@ -28,6 +29,7 @@ mod block32;
 mod cpu;
 #[allow(unsafe_code)]
 mod dispatch;
+pub mod pool;
 #[allow(unsafe_code)]
 mod q4_0;
 #[allow(unsafe_code)]
@@ -51,6 +53,7 @@ use std::sync::Arc;
 use mtp_core::quant::{GgmlType, QuantError, QuantFormat, QuantTensor};
 
 pub use cpu::Simd;
+pub use pool::SpinPool;
 
 /// Activation rows processed together per weight row (the accumulators of one chunk stay in
 /// registers; the weight row is re-read from L1 for the next chunk).
@@ -83,6 +86,9 @@ pub enum QMatMulError {
         /// The instruction set asked for.
         simd: Simd,
     },
+    /// A kernel task panicked (a bug; reported rather than left to hang the caller).
+    #[error("quantized matmul: a kernel task panicked")]
+    TaskPanicked,
     /// The activations could not be quantized (a size the block type rejects).
     #[error(transparent)]
     Quant(#[from] QuantError),
@@ -137,10 +143,22 @@ impl QuantMatMul {
     /// [`forward`](Self::forward) with the instruction set `simd`
     /// ([`QMatMulError::SimdUnavailable`] if this CPU lacks it): for tests and benchmarks.
     pub fn forward_with(&self, x: &[f32], n: usize, simd: Simd) -> Result<Vec<f32>, QMatMulError> {
+        self.forward_in(x, n, simd, SpinPool::global())
+    }
+
+    /// [`forward_with`](Self::forward_with) on the threads of `pool` rather than the global
+    /// [`SpinPool`] (every pool gives the same bits: each output has one task, in one order).
+    pub fn forward_in(
+        &self,
+        x: &[f32],
+        n: usize,
+        simd: Simd,
+        pool: &SpinPool,
+    ) -> Result<Vec<f32>, QMatMulError> {
         if !simd.is_available() {
             return Err(QMatMulError::SimdUnavailable { simd });
         }
-        let [rows, cols] = self.weight.shape();
+        let [_, cols] = self.weight.shape();
         if n.checked_mul(cols) != Some(x.len()) {
             return Err(QMatMulError::InputSize {
                 len: x.len(),
@@ -148,7 +166,7 @@ impl QuantMatMul {
                 cols,
             });
         }
-        dispatch::matmul(self.ty, self.weight.data(), rows, cols, x, n, simd)
+        dispatch::matmul(self.ty, &self.weight, x, n, simd, pool)
     }
 }
 

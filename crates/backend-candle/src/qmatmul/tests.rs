@@ -10,7 +10,7 @@ use mtp_core::reference::ReferenceBackend;
 use mtp_core::{Backend, DType};
 
 use super::acts::{block_q8_k, quantize_q8_0, quantize_q8_k, BlockQ8K};
-use super::{QMatMulError, QuantMatMul, Simd};
+use super::{QMatMulError, QuantMatMul, Simd, SpinPool};
 use crate::quantized_tests::{random_tensor, rel_err, Rng, QMATMUL_TOLERANCE};
 use crate::CandleBackend;
 
@@ -154,11 +154,8 @@ fn random_shapes_agree_between_simd_and_scalar_and_across_thread_counts() {
         }
         // Each output is computed by one task in a fixed order: any pool size gives the same bits.
         for threads in [1, 3] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .expect("pool");
-            let got = pool.install(|| k.forward(&x, n)).expect("forward");
+            let pool = SpinPool::new(threads);
+            let got = k.forward_in(&x, n, Simd::best(), &pool).expect("forward");
             assert_eq!(
                 got,
                 k.forward(&x, n).expect("forward"),
