@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! nice cargo run --release -p backend-candle --example qmatmul_bench -- [--reps N] [--json PATH]
+//!     [--only NAME] [--rows 1,5] [--ours-only]
 //! ```
 //!
 //! Weights are random valid GGUF blocks (speed does not depend on the values). For each shape
@@ -83,6 +84,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let reps: usize = arg("--reps").map_or(Ok(5), |v| v.parse())?;
     let json = arg("--json");
+    // `--only NAME`: the shapes whose name contains NAME; `--rows 1,5`: those row counts.
+    let only = arg("--only");
+    let row_counts: Vec<usize> = match arg("--rows") {
+        Some(list) => list
+            .split(',')
+            .map(|v| v.trim().parse())
+            .collect::<Result<_, _>>()?,
+        None => ROWS.to_vec(),
+    };
+    // `--ours-only`: skip candle's kernel (for profiling ours).
+    let ours_only = args.iter().any(|a| a == "--ours-only");
     let dev = Device::Cpu;
     println!(
         "simd {}, rayon threads {}, {} reps (median)",
@@ -94,6 +106,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut records = Vec::new();
     for (si, &(name, ty, rows, cols)) in SHAPES.iter().enumerate() {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
         let w = Arc::new(random_weight(ty, rows, cols, 17 + si as u64));
         let bytes = w.data().len();
         let ours = QuantMatMul::new(w.clone())?;
@@ -104,21 +119,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &dev,
         )?)?;
         let (mut ours_1, mut theirs_1) = (0f64, 0f64);
-        for &n in &ROWS {
+        for &n in &row_counts {
             let x: Vec<f32> = (0..n * cols)
                 .map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0)
                 .collect();
             let xt = Tensor::from_slice(&x, (n, cols), &dev)?;
             // Warm-up, then interleave the two kernels rep by rep.
             ours.forward(&x, n)?;
-            theirs.forward(&xt)?;
+            if !ours_only {
+                theirs.forward(&xt)?;
+            }
             let (mut to, mut tt) = (Vec::new(), Vec::new());
             for _ in 0..reps {
                 let t = Instant::now();
                 std::hint::black_box(ours.forward(&x, n)?);
                 to.push(t.elapsed());
                 let t = Instant::now();
-                std::hint::black_box(theirs.forward(&xt)?);
+                if !ours_only {
+                    std::hint::black_box(theirs.forward(&xt)?);
+                }
                 tt.push(t.elapsed());
             }
             let (o, c) = (median(to).as_secs_f64(), median(tt).as_secs_f64());

@@ -15,6 +15,9 @@ pub(super) struct BlockQ8_0 {
     pub d: f32,
     /// The quants, `|q| ≤ 127`.
     pub qs: [i8; 32],
+    /// `q + 128` as unsigned bytes: the unsigned operand of the VNNI byte dot product
+    /// (`Σ (q + 128) w − 128 Σ w = Σ q w`).
+    pub us: [u8; 32],
 }
 
 /// One Q8_K block (ggml's `block_q8_K`).
@@ -70,12 +73,15 @@ pub(super) fn quantize_q8_0(
         .chunks_exact(GgmlType::Q8_0.block_bytes())
         .map(|b| {
             let mut qs = [0i8; 32];
-            for (q, &byte) in qs.iter_mut().zip(&b[2..]) {
+            let mut us = [0u8; 32];
+            for ((q, u), &byte) in qs.iter_mut().zip(&mut us).zip(&b[2..]) {
                 *q = byte as i8;
+                *u = byte ^ 0x80;
             }
             BlockQ8_0 {
                 d: half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
                 qs,
+                us,
             }
         })
         .collect();

@@ -52,55 +52,102 @@ pub(super) fn rows_scalar<B: Block32>(
     });
 }
 
-/// [`rows_scalar`] with AVX2: `|w|` (unsigned) times `x` carrying `w`'s sign
-/// (`maddubs`, no saturation as `|w| ≤ 128` and `|x| ≤ 127`), pairs summed to 8 `i32` lanes,
-/// then one fused multiply-add by `d_w d_x` per block into 8 `f32` lanes per activation row.
-///
-/// The row loop is written out here rather than through [`row_loop::each_chunk`]: with the
-/// chunk closure the many-row case measured about 1.5× slower (interleaved runs, loaded machine).
+/// One weight row against a chunk of `M` activation rows with AVX2: `|w|` (unsigned) times `x`
+/// carrying `w`'s sign (`maddubs`, no saturation as `|w| ≤ 128` and `|x| ≤ 127`), pairs summed
+/// to 8 `i32` lanes of 4 products, then one fused multiply-add by `d_w d_x` per block into 8
+/// `f32` lanes per activation row, summed across lanes at the end. `M` is a constant so the
+/// accumulators stay in registers.
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA and F16C. `weights` must hold `rows.end` rows of `row_bytes`
-/// bytes, a whole number of `B::BYTES`-byte blocks, matching `acts`' blocks per row.
+/// The CPU must have AVX2, FMA and F16C; `w_row` is whole `B::BYTES`-byte blocks, no more than
+/// each activation row of `xs` has.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn rows_avx2<B: Block32>(
-    weights: &[u8],
-    row_bytes: usize,
-    rows: Range<usize>,
-    acts: &Quantized<BlockQ8_0>,
-    out: &mut [&mut [f32]],
-) {
+#[inline]
+unsafe fn chunk_avx2<B: Block32, const M: usize>(
+    w_row: &[u8],
+    xs: &[&[BlockQ8_0]; ROW_CHUNK],
+) -> [f32; M] {
     use std::arch::x86_64::*;
 
-    use super::simd_x86::hsum;
-
-    let n = out.len();
-    let chunks = acts.row_chunks(n);
     let ones = _mm256_set1_epi16(1);
-    for (i, r) in rows.enumerate() {
-        let w_row = &weights[r * row_bytes..][..row_bytes];
-        for (c, xs) in chunks.iter().enumerate() {
-            let (j0, m) = (c * ROW_CHUNK, ROW_CHUNK.min(n - c * ROW_CHUNK));
-            let mut acc = [_mm256_setzero_ps(); ROW_CHUNK];
-            for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
-                // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
-                let (d, w) = unsafe { B::decode_avx2(block) };
-                let w_abs = _mm256_sign_epi8(w, w);
-                for (jj, a) in acc[..m].iter_mut().enumerate() {
-                    let x = &xs[jj][b];
-                    // SAFETY: `x.qs` is 32 bytes; the load is unaligned.
-                    let xq = unsafe { _mm256_loadu_si256(x.qs.as_ptr().cast()) };
-                    let pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(xq, w));
-                    let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-                    *a = _mm256_fmadd_ps(_mm256_set1_ps(d * x.d), sum, *a);
-                }
-            }
-            for (jj, &a) in acc[..m].iter().enumerate() {
-                out[j0 + jj][i] = hsum(a);
-            }
+    let mut acc = [_mm256_setzero_ps(); M];
+    for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
+        // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
+        super::simd_x86::prefetch_ahead(block);
+        let (d, w) = unsafe { B::decode_avx2(block) };
+        let w_abs = _mm256_sign_epi8(w, w);
+        let dw = _mm256_set1_ps(d);
+        for (a, x) in acc.iter_mut().zip(xs) {
+            let x = &x[b];
+            // SAFETY: `x.qs` is 32 bytes; the load is unaligned.
+            let xq = unsafe { _mm256_loadu_si256(x.qs.as_ptr().cast()) };
+            let pairs = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(xq, w));
+            let sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+            *a = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d)), sum, *a);
         }
     }
+    super::simd_x86::hsums(acc)
+}
+
+/// [`chunk_avx2`] with AVX-512 VNNI's byte dot product (`vpdpbusd`, 256-bit): the activations'
+/// unsigned form `x + 128` times `w`, accumulated onto `−128 Σ w` (computed once per weight
+/// block), gives each lane's `Σ x w` in one instruction per block and row where AVX2 takes
+/// three. The integer lanes are the same exact sums and the `f32` steps the same operations in
+/// the same order, so the results are [`chunk_avx2`]'s bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, F16C, AVX-512F, AVX-512VL and AVX-512 VNNI; `w_row` as for
+/// [`chunk_avx2`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn chunk_vnni<B: Block32, const M: usize>(
+    w_row: &[u8],
+    xs: &[&[BlockQ8_0]; ROW_CHUNK],
+) -> [f32; M] {
+    use std::arch::x86_64::*;
+
+    let zero = _mm256_setzero_si256();
+    let unsigned_128 = _mm256_set1_epi8(i8::MIN);
+    let mut acc = [_mm256_setzero_ps(); M];
+    for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
+        // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
+        super::simd_x86::prefetch_ahead(block);
+        let (d, w) = unsafe { B::decode_avx2(block) };
+        let offset = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, unsigned_128, w));
+        let dw = _mm256_set1_ps(d);
+        for (a, x) in acc.iter_mut().zip(xs) {
+            let x = &x[b];
+            // SAFETY: `x.us` is 32 bytes; the load is unaligned.
+            let xu = unsafe { _mm256_loadu_si256(x.us.as_ptr().cast()) };
+            let sum = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(offset, xu, w));
+            *a = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d)), sum, *a);
+        }
+    }
+    super::simd_x86::hsums(acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+super::row_loop::fixed_chunk_rows! {
+    /// [`rows_scalar`] with AVX2 ([`chunk_avx2`] per weight row and chunk of rows).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C. `weights` must hold `rows.end` rows of `row_bytes`
+    /// bytes, a whole number of `B::BYTES`-byte blocks, matching `acts`' blocks per row.
+    pub(super) unsafe fn rows_avx2<B: Block32>(BlockQ8_0) = chunk_avx2, "avx2,fma,f16c"
+}
+
+#[cfg(target_arch = "x86_64")]
+super::row_loop::fixed_chunk_rows! {
+    /// [`rows_scalar`] with AVX-512 VNNI ([`chunk_vnni`]); the same bits as [`rows_avx2`].
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C, AVX-512F, AVX-512VL and AVX-512 VNNI. `weights` must
+    /// hold `rows.end` rows of `row_bytes` bytes, a whole number of `B::BYTES`-byte blocks,
+    /// matching `acts`' blocks per row.
+    pub(super) unsafe fn rows_vnni<B: Block32>(BlockQ8_0) =
+        chunk_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
 }
 
 /// [`rows_scalar`] with NEON dot products: the block is decoded by the portable decoder, the

@@ -132,6 +132,7 @@ fn block32_kernel(ty: GgmlType, simd: Simd) -> Kernel<BlockQ8_0> {
         match simd {
             Simd::Scalar => block32::rows_scalar::<B>,
             Simd::Avx2 => block32_avx2::<B>,
+            Simd::Avx512Vnni => block32_vnni::<B>,
             Simd::Neon => block32_neon::<B>,
         }
     }
@@ -147,6 +148,7 @@ fn superblock_kernel(ty: GgmlType, simd: Simd) -> Kernel<BlockQ8K> {
         match simd {
             Simd::Scalar => superblock::rows_scalar::<B>,
             Simd::Avx2 => superblock_avx2::<B>,
+            Simd::Avx512Vnni => superblock_vnni::<B>,
             Simd::Neon => superblock_neon::<B>,
         }
     }
@@ -171,6 +173,40 @@ fn block32_avx2<B: Block32>(
         return unsafe { block32::rows_avx2::<B>(w, row_bytes, rows, acts, out) };
     }
     block32::rows_scalar::<B>(w, row_bytes, rows, acts, out)
+}
+
+/// The VNNI kernel where the CPU has it, else the scalar one (so the function is safe).
+fn block32_vnni<B: Block32>(
+    w: &[u8],
+    row_bytes: usize,
+    rows: Range<usize>,
+    acts: &Quantized<BlockQ8_0>,
+    out: &mut [&mut [f32]],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if Simd::Avx512Vnni.is_available() {
+        // SAFETY: AVX2, FMA, F16C and AVX-512F/VL/VNNI were detected just now; the row and
+        // block sizes come from the weight's checked shape (every slice access inside is
+        // bounds-checked).
+        return unsafe { block32::rows_vnni::<B>(w, row_bytes, rows, acts, out) };
+    }
+    block32::rows_scalar::<B>(w, row_bytes, rows, acts, out)
+}
+
+/// The VNNI kernel where the CPU has it, else the scalar one (so the function is safe).
+fn superblock_vnni<B: SuperBlock>(
+    w: &[u8],
+    row_bytes: usize,
+    rows: Range<usize>,
+    acts: &Quantized<BlockQ8K>,
+    out: &mut [&mut [f32]],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if Simd::Avx512Vnni.is_available() {
+        // SAFETY: as for `block32_vnni`.
+        return unsafe { superblock::rows_vnni::<B>(w, row_bytes, rows, acts, out) };
+    }
+    superblock::rows_scalar::<B>(w, row_bytes, rows, acts, out)
 }
 
 /// The AVX2 kernel where the CPU has it, else the scalar one (so the function is safe).

@@ -20,6 +20,30 @@ pub(super) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)))
 }
 
+/// How far ahead of the block being decoded the weights are prefetched, in bytes. With
+/// several activation rows a weight row takes long enough to compute that the hardware
+/// prefetcher alone leaves the loop waiting on memory; a few rows ahead keeps it streaming.
+pub(super) const PREFETCH_BYTES: usize = 2048;
+
+/// Ask for the cache line [`PREFETCH_BYTES`] after the start of `block` (a hint: an address
+/// past the end of the weights is never read, and a prefetch cannot fault).
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn prefetch_ahead(block: &[u8]) {
+    _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().wrapping_add(PREFETCH_BYTES).cast());
+}
+
+/// [`hsum`] of every accumulator.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) fn hsums<const M: usize>(acc: [__m256; M]) -> [f32; M] {
+    let mut out = [0f32; M];
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = hsum(a);
+    }
+    out
+}
+
 /// 16 bytes of nibble pairs as 32 bytes: the low nibbles in bytes 0..16, the high ones in
 /// bytes 16..32 (the Q4_0 / Q5_0 layout).
 #[target_feature(enable = "avx2")]

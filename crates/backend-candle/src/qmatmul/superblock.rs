@@ -104,61 +104,121 @@ pub(super) fn rows_scalar<B: SuperBlock>(
     });
 }
 
-/// [`rows_scalar`] with AVX2: `maddubs` of the unsigned quants with `x` (no saturation: `q ≤ 63`,
-/// `|x| ≤ 127`), `madd` by the group scales into 8 `i32` lanes, the bias sum as one `madd` of
-/// the `bsums` with the multipliers, then two fused multiply-adds per block and row.
-///
-/// The row loop is written out here rather than through [`row_loop::each_chunk`]: with the
-/// chunk closure the many-row case measured about 1.5× slower (interleaved runs, loaded machine).
-///
-/// # Safety
-/// The CPU must have AVX2, FMA and F16C. `weights` must hold `rows.end` rows of `row_bytes`
-/// bytes, a whole number of `B::BYTES`-byte blocks, matching `acts`' blocks per row.
+/// The quant sums of one weight block against each of `M` activation blocks' `32 k ..` slice:
+/// AVX2 `maddubs` of the unsigned quants with `x` (no saturation: `q ≤ 63`, `|x| ≤ 127`) then
+/// `madd` by the group scales into 8 `i32` lanes, added up over the 8 registers.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn rows_avx2<B: SuperBlock>(
-    weights: &[u8],
-    row_bytes: usize,
-    rows: Range<usize>,
-    acts: &Quantized<BlockQ8K>,
-    out: &mut [&mut [f32]],
-) {
-    use std::arch::x86_64::*;
-
-    use super::simd_x86::hsum;
-
-    let n = out.len();
-    let chunks = acts.row_chunks(n);
-    for (i, r) in rows.enumerate() {
-        let w_row = &weights[r * row_bytes..][..row_bytes];
-        for (c, xs) in chunks.iter().enumerate() {
-            let (j0, m) = (c * ROW_CHUNK, ROW_CHUNK.min(n - c * ROW_CHUNK));
-            let mut acc = [_mm256_setzero_ps(); ROW_CHUNK];
-            for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
-                // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
-                let w = unsafe { B::decode_avx2(block) };
-                for (jj, a) in acc[..m].iter_mut().enumerate() {
-                    let x = &xs[jj][b];
-                    let mut sum = _mm256_setzero_si256();
-                    for (k, (&q, &scale)) in w.q.iter().zip(&w.scale).enumerate() {
-                        // SAFETY: `x.qs` holds 256 bytes, so 32 from `32 k` (k < 8) are inside.
-                        let xq = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * k).cast()) };
-                        let pairs = _mm256_maddubs_epi16(q, xq);
-                        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, scale));
-                    }
-                    // SAFETY: `x.bsums` is 16 `i16`s, 32 bytes.
-                    let bsums = unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) };
-                    let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, w.bias));
-                    let sum = _mm256_cvtepi32_ps(sum);
-                    *a = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), sum, *a);
-                    *a = _mm256_fnmadd_ps(_mm256_set1_ps(w.dbias * x.d), bias, *a);
-                }
-            }
-            for (jj, &a) in acc[..m].iter().enumerate() {
-                out[j0 + jj][i] = hsum(a);
+macro_rules! quant_sums {
+    ($w:expr, $xs:expr, $b:expr, $m:ident, |$sum:ident, $pairs:ident, $scale:ident| $acc:expr) => {{
+        let mut sums = [_mm256_setzero_si256(); $m];
+        for (k, (&q, &$scale)) in $w.q.iter().zip(&$w.scale).enumerate() {
+            for ($sum, x) in sums.iter_mut().zip($xs) {
+                // SAFETY: `x.qs` holds 256 bytes, so 32 from `32 k` (k < 8) are inside.
+                let xq = unsafe { _mm256_loadu_si256(x[$b].qs.as_ptr().add(32 * k).cast()) };
+                let $pairs = _mm256_maddubs_epi16(q, xq);
+                *$sum = $acc;
             }
         }
+        sums
+    }};
+}
+
+/// One weight row against a chunk of `M` activation rows with AVX2: per block the quant sums
+/// ([`quant_sums`]), the bias sum as one `madd` of the Q8_K `bsums` with the multipliers, then
+/// two fused multiply-adds per block and row. `M` is a constant so the sums stay in registers.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `w_row` is whole `B::BYTES`-byte blocks, no more than
+/// each activation row of `xs` has.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn chunk_avx2<B: SuperBlock, const M: usize>(
+    w_row: &[u8],
+    xs: &[&[BlockQ8K]; ROW_CHUNK],
+) -> [f32; M] {
+    use std::arch::x86_64::*;
+
+    let mut acc = [_mm256_setzero_ps(); M];
+    for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
+        // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
+        super::simd_x86::prefetch_ahead(block);
+        let w = unsafe { B::decode_avx2(block) };
+        let sums = quant_sums!(w, xs, b, M, |sum, pairs, scale| {
+            _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, scale))
+        });
+        let (dw, dbias) = (_mm256_set1_ps(w.d), _mm256_set1_ps(w.dbias));
+        for ((a, sum), x) in acc.iter_mut().zip(sums).zip(xs) {
+            let x = &x[b];
+            // SAFETY: `x.bsums` is 16 `i16`s, 32 bytes.
+            let bsums = unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) };
+            let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, w.bias));
+            let xd = _mm256_set1_ps(x.d);
+            *a = _mm256_fmadd_ps(_mm256_mul_ps(dw, xd), _mm256_cvtepi32_ps(sum), *a);
+            *a = _mm256_fnmadd_ps(_mm256_mul_ps(dbias, xd), bias, *a);
+        }
     }
+    super::simd_x86::hsums(acc)
+}
+
+/// [`chunk_avx2`] with AVX-512 VNNI's word dot product (`vpdpwssd`: the `madd` by the group
+/// scales and the add in one instruction). The integer sums are the same exact values and the
+/// `f32` steps the same, so the results are [`chunk_avx2`]'s bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, F16C, AVX-512F, AVX-512VL and AVX-512 VNNI; `w_row` as for
+/// [`chunk_avx2`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn chunk_vnni<B: SuperBlock, const M: usize>(
+    w_row: &[u8],
+    xs: &[&[BlockQ8K]; ROW_CHUNK],
+) -> [f32; M] {
+    use std::arch::x86_64::*;
+
+    let mut acc = [_mm256_setzero_ps(); M];
+    for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
+        // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
+        super::simd_x86::prefetch_ahead(block);
+        let w = unsafe { B::decode_avx2(block) };
+        let sums = quant_sums!(w, xs, b, M, |sum, pairs, scale| {
+            _mm256_dpwssd_epi32(*sum, pairs, scale)
+        });
+        let (dw, dbias) = (_mm256_set1_ps(w.d), _mm256_set1_ps(w.dbias));
+        for ((a, sum), x) in acc.iter_mut().zip(sums).zip(xs) {
+            let x = &x[b];
+            // SAFETY: `x.bsums` is 16 `i16`s, 32 bytes.
+            let bsums = unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) };
+            let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, w.bias));
+            let xd = _mm256_set1_ps(x.d);
+            *a = _mm256_fmadd_ps(_mm256_mul_ps(dw, xd), _mm256_cvtepi32_ps(sum), *a);
+            *a = _mm256_fnmadd_ps(_mm256_mul_ps(dbias, xd), bias, *a);
+        }
+    }
+    super::simd_x86::hsums(acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+super::row_loop::fixed_chunk_rows! {
+    /// [`rows_scalar`] with AVX2 ([`chunk_avx2`] per weight row and chunk of rows).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C. `weights` must hold `rows.end` rows of `row_bytes`
+    /// bytes, a whole number of `B::BYTES`-byte blocks, matching `acts`' blocks per row.
+    pub(super) unsafe fn rows_avx2<B: SuperBlock>(BlockQ8K) = chunk_avx2, "avx2,fma,f16c"
+}
+
+#[cfg(target_arch = "x86_64")]
+super::row_loop::fixed_chunk_rows! {
+    /// [`rows_scalar`] with AVX-512 VNNI ([`chunk_vnni`]); the same bits as [`rows_avx2`].
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C, AVX-512F, AVX-512VL and AVX-512 VNNI. `weights` must
+    /// hold `rows.end` rows of `row_bytes` bytes, a whole number of `B::BYTES`-byte blocks,
+    /// matching `acts`' blocks per row.
+    pub(super) unsafe fn rows_vnni<B: SuperBlock>(BlockQ8K) =
+        chunk_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
 }
 
 /// [`rows_scalar`] with NEON dot products per group of 16 (`q ≤ 63`, `|x| ≤ 127`: two products

@@ -342,3 +342,25 @@ fn f16c_scale_conversion_equals_half_for_every_bit_pattern() {
         );
     }
 }
+
+#[test]
+fn vnni_kernels_give_the_avx2_kernels_bits() {
+    if !(Simd::Avx2.is_available() && Simd::Avx512Vnni.is_available()) {
+        eprintln!("skipped: this CPU lacks AVX2 or AVX-512 VNNI");
+        return;
+    }
+    let mut rng = Rng(41);
+    for (t, ty) in TYPES.into_iter().enumerate() {
+        for n in ROW_COUNTS {
+            let (rows, cols) = (1 + (rng.next() % 300) as usize, 2 * QK_K);
+            let k = QuantMatMul::new(Arc::new(random_tensor(ty, rows, cols, 90 + t as u64)))
+                .expect("supported");
+            let x = random_x(n, cols, rng.next());
+            assert_eq!(
+                k.forward_with(&x, n, Simd::Avx512Vnni).expect("vnni"),
+                k.forward_with(&x, n, Simd::Avx2).expect("avx2"),
+                "{ty} n={n} [{rows}, {cols}]"
+            );
+        }
+    }
+}
