@@ -144,7 +144,7 @@ fn stored_float_width(op: &'static str, src: DType) -> Result<usize, CoreError> 
 /// or bytes that end inside a value).
 fn stored_float_count(op: &'static str, len: usize, src: DType) -> Result<usize, CoreError> {
     let width = stored_float_width(op, src)?;
-    if len % width != 0 {
+    if !len.is_multiple_of(width) {
         return Err(CoreError::InvalidArgument {
             op,
             message: format!("{len} bytes do not hold whole {src} values"),

@@ -228,7 +228,7 @@ fn wait_for_epoch(shared: &Shared, index: usize, seen: u64) -> u64 {
             return epoch;
         }
         spins = spins.wrapping_add(1);
-        if spins % SPINS_PER_CLOCK_READ != 0 || started.elapsed() < SPIN {
+        if !spins.is_multiple_of(SPINS_PER_CLOCK_READ) || started.elapsed() < SPIN {
             std::hint::spin_loop();
             continue;
         }

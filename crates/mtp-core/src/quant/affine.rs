@@ -61,7 +61,7 @@ impl AffineParams {
     /// `(words per row, groups per row)` for rows of `cols` weights, or an error when `cols` is
     /// not a whole number of groups.
     pub fn row_layout(self, rows: usize, cols: usize) -> Result<(usize, usize), QuantError> {
-        if cols == 0 || cols % self.group_size != 0 {
+        if cols == 0 || !cols.is_multiple_of(self.group_size) {
             return Err(QuantError::SizeMismatch {
                 format: self.to_string(),
                 rows,

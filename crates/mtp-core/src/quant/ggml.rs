@@ -171,7 +171,7 @@ impl GgmlType {
             reason,
         };
         let block = self.block_size();
-        if cols % block != 0 {
+        if !cols.is_multiple_of(block) {
             return Err(mismatch(format!(
                 "a row of {cols} weights is not a whole number of {block}-weight blocks"
             )));

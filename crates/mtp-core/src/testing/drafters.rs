@@ -58,7 +58,7 @@ impl<B: Backend> TinyDrafter<B> {
         config: TinyDrafterConfig,
     ) -> Result<Self, B::Error> {
         let t = target.config();
-        if config.heads == 0 || config.heads % t.kv_heads != 0 {
+        if config.heads == 0 || !config.heads.is_multiple_of(t.kv_heads) {
             return Err(CoreError::InvalidArgument {
                 op: "TinyDrafter::new",
                 message: format!(

@@ -116,8 +116,8 @@ impl<B: Backend> TinyTarget<B> {
         let valid = c.vocab > 0
             && c.hidden > 0
             && c.kv_heads > 0
-            && c.heads % c.kv_heads == 0
-            && c.head_dim % 4 == 0
+            && c.heads.is_multiple_of(c.kv_heads)
+            && c.head_dim.is_multiple_of(4)
             && c.head_dim > 0
             && !c.layers.is_empty();
         if !valid {

@@ -185,7 +185,7 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
             (tensor, true)
         } else if let Some(scheme) = self.quantize {
             let block = scheme.ggml_type().block_size();
-            if cols % block != 0 {
+            if !cols.is_multiple_of(block) {
                 if !self.told_dense {
                     tracing::warn!("--quantize {scheme}: {}", unquantizable(name, cols, block));
                     self.told_dense = true;

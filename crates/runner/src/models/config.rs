@@ -560,7 +560,7 @@ impl Gemma4TextConfig {
             if head_dim == 0 || head_dim % 2 != 0 {
                 return invalid(format!("layer {i}: head_dim {head_dim} is not even"));
             }
-            if kv_heads == 0 || self.num_attention_heads % kv_heads != 0 {
+            if kv_heads == 0 || !self.num_attention_heads.is_multiple_of(kv_heads) {
                 return invalid(format!(
                     "layer {i}: {} query heads do not group over {kv_heads} KV heads",
                     self.num_attention_heads
@@ -621,7 +621,7 @@ impl Gemma4AssistantConfig {
         }
         if self.use_ordered_embeddings {
             let fits = self.num_centroids > 0
-                && text.vocab_size % self.num_centroids == 0
+                && text.vocab_size.is_multiple_of(self.num_centroids)
                 && self.centroid_intermediate_top_k > 0
                 && self.centroid_intermediate_top_k <= self.num_centroids;
             if !fits {

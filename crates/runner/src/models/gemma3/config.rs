@@ -354,7 +354,7 @@ impl Resolver<'_> {
                 return Err(invalid(path, format!("{name} is 0")));
             }
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(invalid(
                 path,
                 format!(
@@ -363,7 +363,7 @@ impl Resolver<'_> {
                 ),
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(invalid(path, format!("head_dim {} is odd", self.head_dim)));
         }
         if types.len() != self.layers {
