@@ -54,29 +54,38 @@ impl SuperBlock for Q6K {
                     _mm256_loadu_si256(p.add(128 + 32 * half).cast()),
                 )
             };
-            // The shifts are 16-bit; masking afterwards drops what crossed a byte.
-            let hi = |v: __m256i| _mm256_and_si256(v, top);
-            q[4 * half] = _mm256_or_si256(_mm256_and_si256(l0, low), hi(_mm256_slli_epi16(h, 4)));
-            q[4 * half + 1] =
-                _mm256_or_si256(_mm256_and_si256(l1, low), hi(_mm256_slli_epi16(h, 2)));
-            q[4 * half + 2] =
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low), hi(h));
+            // The shifts are 16-bit; masking afterwards drops what crossed a byte. (No closure
+            // for the mask: a closure does not take this function's target features.)
+            q[4 * half] = _mm256_or_si256(
+                _mm256_and_si256(l0, low),
+                _mm256_and_si256(_mm256_slli_epi16(h, 4), top),
+            );
+            q[4 * half + 1] = _mm256_or_si256(
+                _mm256_and_si256(l1, low),
+                _mm256_and_si256(_mm256_slli_epi16(h, 2), top),
+            );
+            q[4 * half + 2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), low),
+                _mm256_and_si256(h, top),
+            );
             q[4 * half + 3] = _mm256_or_si256(
                 _mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
-                hi(_mm256_srli_epi16(h, 2)),
+                _mm256_and_si256(_mm256_srli_epi16(h, 2), top),
             );
         }
         let sc = |g: usize| i16::from(block[192 + g] as i8);
         // SAFETY: the 16 scale bytes 192..208 are inside the block.
         let scales16 = unsafe { _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192).cast())) };
         let d = super::simd_x86::f16_at(block, 208);
+        let mut scale = [_mm256_setzero_si256(); 8];
+        for (k, scale) in scale.iter_mut().enumerate() {
+            *scale = _mm256_set_m128i(_mm_set1_epi16(sc(2 * k + 1)), _mm_set1_epi16(sc(2 * k)));
+        }
         super::superblock::DecodedAvx2 {
             d,
             dbias: d,
             q,
-            scale: std::array::from_fn(|k| {
-                _mm256_set_m128i(_mm_set1_epi16(sc(2 * k + 1)), _mm_set1_epi16(sc(2 * k)))
-            }),
+            scale,
             bias: _mm256_slli_epi16(scales16, 5),
         }
     }
