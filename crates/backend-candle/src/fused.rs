@@ -111,8 +111,14 @@ pub(crate) fn rope_with_tables(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result
 
 /// GELU, tanh approximation: candle's `gelu` is exactly
 /// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (half dtypes computed in f32, rounded once).
+///
+/// A contiguous `f32` CPU tensor takes [`crate::gelu`]'s one-pass vectorised form instead
+/// (within a few ulps; no libm call per element).
 pub(crate) fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
     require_float("gelu_tanh", x)?;
+    if let Some(values) = crate::row_scan::contiguous_f32(x, crate::gelu::gelu_all) {
+        return Ok(Tensor::from_vec(values, x.dims(), x.device())?);
+    }
     Ok(x.gelu()?)
 }
 

@@ -57,6 +57,7 @@ mod device;
 mod error;
 mod experts;
 mod fused;
+mod gelu;
 mod ops;
 pub mod qmatmul;
 mod quantized;

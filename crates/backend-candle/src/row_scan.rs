@@ -25,6 +25,17 @@ pub(crate) fn map_rows<T>(x: &Tensor, axis: usize, f: impl Fn(&[f32]) -> T) -> O
     Some(values.chunks_exact(len).map(f).collect())
 }
 
+/// `f(values)` over every value of `x` when `x` is an `f32` CPU tensor laid out contiguously;
+/// `None` otherwise.
+pub(crate) fn contiguous_f32<T>(x: &Tensor, f: impl FnOnce(&[f32]) -> T) -> Option<T> {
+    let (storage, layout) = x.storage_and_layout();
+    let Storage::Cpu(CpuStorage::F32(values)) = &*storage else {
+        return None;
+    };
+    let (start, end) = layout.contiguous_offsets()?;
+    Some(f(values.get(start..end)?))
+}
+
 /// The first index of the largest value of `row`, NaN never winning (candle's argmax with NaN
 /// read as −∞, as `ops::argmax` computes it: an all-NaN or all-−∞ row gives 0).
 pub(crate) fn argmax(row: &[f32]) -> u32 {
