@@ -158,104 +158,33 @@ fn superblock_kernel(ty: GgmlType, simd: Simd) -> Kernel<BlockQ8K> {
     }
 }
 
-/// The AVX2 kernel where the CPU has it, else the scalar one (so the function is safe).
-fn block32_avx2<B: Block32>(
-    w: &[u8],
-    row_bytes: usize,
-    rows: Range<usize>,
-    acts: &Quantized<BlockQ8_0>,
-    out: &mut [&mut [f32]],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if Simd::Avx2.is_available() {
-        // SAFETY: AVX2 and FMA were detected just now; the row and block sizes come from the
-        // weight's checked shape (every slice access inside is bounds-checked).
-        return unsafe { block32::rows_avx2::<B>(w, row_bytes, rows, acts, out) };
-    }
-    block32::rows_scalar::<B>(w, row_bytes, rows, acts, out)
+/// A safe entry to an instruction-set kernel: `$module::$kernel` where the CPU has `$simd`
+/// (checked again here, so the function is safe whatever calls it), else the module's scalar
+/// kernel (the same results within the tests' tolerance).
+macro_rules! checked_kernel {
+    ($name:ident<$bound:ident>($act:ty) = $module:ident::$kernel:ident on $simd:expr, $arch:literal) => {
+        fn $name<B: $bound>(
+            w: &[u8],
+            row_bytes: usize,
+            rows: Range<usize>,
+            acts: &Quantized<$act>,
+            out: &mut [&mut [f32]],
+        ) {
+            #[cfg(target_arch = $arch)]
+            if $simd.is_available() {
+                // SAFETY: the kernel's instruction set was detected just now; the row and block
+                // sizes come from the weight's checked shape (every slice access inside is
+                // bounds-checked).
+                return unsafe { $module::$kernel::<B>(w, row_bytes, rows, acts, out) };
+            }
+            $module::rows_scalar::<B>(w, row_bytes, rows, acts, out)
+        }
+    };
 }
 
-/// The VNNI kernel where the CPU has it, else the scalar one (so the function is safe).
-fn block32_vnni<B: Block32>(
-    w: &[u8],
-    row_bytes: usize,
-    rows: Range<usize>,
-    acts: &Quantized<BlockQ8_0>,
-    out: &mut [&mut [f32]],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if Simd::Avx512Vnni.is_available() {
-        // SAFETY: AVX2, FMA, F16C and AVX-512F/VL/VNNI were detected just now; the row and
-        // block sizes come from the weight's checked shape (every slice access inside is
-        // bounds-checked).
-        return unsafe { block32::rows_vnni::<B>(w, row_bytes, rows, acts, out) };
-    }
-    block32::rows_scalar::<B>(w, row_bytes, rows, acts, out)
-}
-
-/// The VNNI kernel where the CPU has it, else the scalar one (so the function is safe).
-fn superblock_vnni<B: SuperBlock>(
-    w: &[u8],
-    row_bytes: usize,
-    rows: Range<usize>,
-    acts: &Quantized<BlockQ8K>,
-    out: &mut [&mut [f32]],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if Simd::Avx512Vnni.is_available() {
-        // SAFETY: as for `block32_vnni`.
-        return unsafe { superblock::rows_vnni::<B>(w, row_bytes, rows, acts, out) };
-    }
-    superblock::rows_scalar::<B>(w, row_bytes, rows, acts, out)
-}
-
-/// The AVX2 kernel where the CPU has it, else the scalar one (so the function is safe).
-fn superblock_avx2<B: SuperBlock>(
-    w: &[u8],
-    row_bytes: usize,
-    rows: Range<usize>,
-    acts: &Quantized<BlockQ8K>,
-    out: &mut [&mut [f32]],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if Simd::Avx2.is_available() {
-        // SAFETY: AVX2 and FMA were detected just now; the row and block sizes come from the
-        // weight's checked shape (every slice access inside is bounds-checked).
-        return unsafe { superblock::rows_avx2::<B>(w, row_bytes, rows, acts, out) };
-    }
-    superblock::rows_scalar::<B>(w, row_bytes, rows, acts, out)
-}
-
-/// The NEON kernel where the CPU has it, else the scalar one (so the function is safe).
-fn block32_neon<B: Block32>(
-    w: &[u8],
-    row_bytes: usize,
-    rows: Range<usize>,
-    acts: &Quantized<BlockQ8_0>,
-    out: &mut [&mut [f32]],
-) {
-    #[cfg(target_arch = "aarch64")]
-    if Simd::Neon.is_available() {
-        // SAFETY: NEON was detected just now; the row and block sizes come from the weight's
-        // checked shape (every slice access inside is bounds-checked).
-        return unsafe { block32::rows_neon::<B>(w, row_bytes, rows, acts, out) };
-    }
-    block32::rows_scalar::<B>(w, row_bytes, rows, acts, out)
-}
-
-/// The NEON kernel where the CPU has it, else the scalar one (so the function is safe).
-fn superblock_neon<B: SuperBlock>(
-    w: &[u8],
-    row_bytes: usize,
-    rows: Range<usize>,
-    acts: &Quantized<BlockQ8K>,
-    out: &mut [&mut [f32]],
-) {
-    #[cfg(target_arch = "aarch64")]
-    if Simd::Neon.is_available() {
-        // SAFETY: NEON was detected just now; the row and block sizes come from the weight's
-        // checked shape (every slice access inside is bounds-checked).
-        return unsafe { superblock::rows_neon::<B>(w, row_bytes, rows, acts, out) };
-    }
-    superblock::rows_scalar::<B>(w, row_bytes, rows, acts, out)
-}
+checked_kernel!(block32_avx2<Block32>(BlockQ8_0) = block32::rows_avx2 on Simd::Avx2, "x86_64");
+checked_kernel!(block32_vnni<Block32>(BlockQ8_0) = block32::rows_vnni on Simd::Avx512Vnni, "x86_64");
+checked_kernel!(block32_neon<Block32>(BlockQ8_0) = block32::rows_neon on Simd::Neon, "aarch64");
+checked_kernel!(superblock_avx2<SuperBlock>(BlockQ8K) = superblock::rows_avx2 on Simd::Avx2, "x86_64");
+checked_kernel!(superblock_vnni<SuperBlock>(BlockQ8K) = superblock::rows_vnni on Simd::Avx512Vnni, "x86_64");
+checked_kernel!(superblock_neon<SuperBlock>(BlockQ8K) = superblock::rows_neon on Simd::Neon, "aarch64");

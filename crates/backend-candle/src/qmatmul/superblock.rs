@@ -123,6 +123,32 @@ macro_rules! quant_sums {
     }};
 }
 
+/// `acc += d_x (d · sum − dbias · Σ_g bias_g bsum_g)` for block `b` of each of the `M`
+/// activation rows, from the block's quant sums: the bias sum as one `madd` of the Q8_K `bsums`
+/// with the multipliers, then two fused multiply-adds per row (shared by both x86 kernels).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn add_block<const M: usize>(
+    acc: &mut [std::arch::x86_64::__m256; M],
+    sums: [std::arch::x86_64::__m256i; M],
+    w: &DecodedAvx2,
+    xs: &[&[BlockQ8K]; ROW_CHUNK],
+    b: usize,
+) {
+    use std::arch::x86_64::*;
+    let (dw, dbias) = (_mm256_set1_ps(w.d), _mm256_set1_ps(w.dbias));
+    for ((a, sum), x) in acc.iter_mut().zip(sums).zip(xs) {
+        let x = &x[b];
+        // SAFETY: `x.bsums` is 16 `i16`s, 32 bytes.
+        let bsums = unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) };
+        let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, w.bias));
+        let xd = _mm256_set1_ps(x.d);
+        *a = _mm256_fmadd_ps(_mm256_mul_ps(dw, xd), _mm256_cvtepi32_ps(sum), *a);
+        *a = _mm256_fnmadd_ps(_mm256_mul_ps(dbias, xd), bias, *a);
+    }
+}
+
 /// One weight row against a chunk of `M` activation rows with AVX2: per block the quant sums
 /// ([`quant_sums`]), the bias sum as one `madd` of the Q8_K `bsums` with the multipliers, then
 /// two fused multiply-adds per block and row. `M` is a constant so the sums stay in registers.
@@ -147,16 +173,7 @@ unsafe fn chunk_avx2<B: SuperBlock, const M: usize>(
         let sums = quant_sums!(w, xs, b, M, |sum, pairs, scale| {
             _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, scale))
         });
-        let (dw, dbias) = (_mm256_set1_ps(w.d), _mm256_set1_ps(w.dbias));
-        for ((a, sum), x) in acc.iter_mut().zip(sums).zip(xs) {
-            let x = &x[b];
-            // SAFETY: `x.bsums` is 16 `i16`s, 32 bytes.
-            let bsums = unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) };
-            let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, w.bias));
-            let xd = _mm256_set1_ps(x.d);
-            *a = _mm256_fmadd_ps(_mm256_mul_ps(dw, xd), _mm256_cvtepi32_ps(sum), *a);
-            *a = _mm256_fnmadd_ps(_mm256_mul_ps(dbias, xd), bias, *a);
-        }
+        add_block(&mut acc, sums, &w, xs, b);
     }
     super::simd_x86::hsums(acc)
 }
@@ -185,16 +202,7 @@ unsafe fn chunk_vnni<B: SuperBlock, const M: usize>(
         let sums = quant_sums!(w, xs, b, M, |sum, pairs, scale| {
             _mm256_dpwssd_epi32(*sum, pairs, scale)
         });
-        let (dw, dbias) = (_mm256_set1_ps(w.d), _mm256_set1_ps(w.dbias));
-        for ((a, sum), x) in acc.iter_mut().zip(sums).zip(xs) {
-            let x = &x[b];
-            // SAFETY: `x.bsums` is 16 `i16`s, 32 bytes.
-            let bsums = unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) };
-            let bias = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, w.bias));
-            let xd = _mm256_set1_ps(x.d);
-            *a = _mm256_fmadd_ps(_mm256_mul_ps(dw, xd), _mm256_cvtepi32_ps(sum), *a);
-            *a = _mm256_fnmadd_ps(_mm256_mul_ps(dbias, xd), bias, *a);
-        }
+        add_block(&mut acc, sums, &w, xs, b);
     }
     super::simd_x86::hsums(acc)
 }
