@@ -20,7 +20,7 @@ fn gelu(x: f32) -> f32 {
 /// Cephes `expf` for `v` clamped to `[-87, 87]` (beyond it the GELU is `x` or `-0` to `f32`
 /// precision anyway).
 #[inline(always)]
-fn exp(v: f32) -> f32 {
+pub(crate) fn exp(v: f32) -> f32 {
     const LOG2_E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;

@@ -64,6 +64,7 @@ mod quantized;
 #[cfg(test)]
 mod quantized_tests;
 mod row_scan;
+mod small_attention;
 #[cfg(test)]
 mod tests;
 mod topk;
@@ -251,6 +252,22 @@ impl Backend for CandleBackend {
 
     fn argmax(&self, x: &Tensor, axis: usize) -> Result<Tensor> {
         ops::argmax(x, axis)
+    }
+
+    /// A few query rows in `f32` on the CPU: one pass per row over the caches
+    /// (`src/small_attention.rs`); anything else the trait's default.
+    fn attention_with_bias(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        bias: &mtp_core::AttentionBias<Self>,
+        scale: f32,
+    ) -> Result<Tensor> {
+        match small_attention::attention(q, k, v, bias, scale)? {
+            Some(out) => Ok(out),
+            None => mtp_core::backend::default_attention_with_bias(self, q, k, v, bias, scale),
+        }
     }
 
     fn non_finite_rows(&self, x: &Tensor, axis: usize) -> Result<Tensor> {

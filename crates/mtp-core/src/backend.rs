@@ -153,6 +153,66 @@ fn stored_float_count(op: &'static str, len: usize, src: DType) -> Result<usize,
     Ok(len / width)
 }
 
+/// The portable body of [`Backend::attention_with_bias`] (query heads folded per KV head, two
+/// matmuls, the table added, softmax, blind rows zeroed), for a backend whose own kernel covers
+/// only some shapes.
+pub fn default_attention_with_bias<B: Backend>(
+    backend: &B,
+    q: &B::Array,
+    k: &B::Array,
+    v: &B::Array,
+    bias: &AttentionBias<B>,
+    scale: f32,
+) -> Result<B::Array, B::Error> {
+    let qs = backend.shape(q);
+    let ks = backend.shape(k);
+    let vs = backend.shape(v);
+    let ([b, hq, tq, d], [kb, hkv, tk, kd], [vb, vh, vt, dv]) = (&qs[..], &ks[..], &vs[..]) else {
+        return Err(CoreError::ShapeMismatch {
+            op: "attention",
+            lhs: qs,
+            rhs: ks,
+        }
+        .into());
+    };
+    let consistent = b == kb && b == vb && d == kd && hkv == vh && tk == vt;
+    let fits = bias.tq() == *tq && bias.tk() == *tk;
+    if !consistent || !fits || *hkv == 0 || hq % hkv != 0 {
+        return Err(CoreError::ShapeMismatch {
+            op: "attention",
+            lhs: qs,
+            rhs: ks,
+        }
+        .into());
+    }
+    let (b, hq, tq, d, hkv, tk, dv) = (*b, *hq, *tq, *d, *hkv, *tk, *dv);
+    let groups = hq / hkv;
+    // Fold the query heads of one KV head into the row axis: [b, hkv, groups * tq, d].
+    let qg = backend.reshape(q, &[b, hkv, groups * tq, d])?;
+    let kt = backend.transpose(k, 2, 3)?;
+    let mut scores = backend.affine(&backend.matmul(&qg, &kt)?, scale, 0.0)?;
+    let dtype = backend.dtype(&scores);
+    if let Some(table) = bias.table() {
+        // [b * hkv * groups, tq, tk] + [tq, tk]: the one table serves every head.
+        let rows = backend.reshape(&scores, &[b * hkv * groups, tq, tk])?;
+        let table = if backend.dtype(table) == dtype {
+            table.clone()
+        } else {
+            backend.cast(table, dtype)?
+        };
+        scores = backend.reshape(&backend.add(&rows, &table)?, &[b, hkv, groups * tq, tk])?;
+    }
+    let mut probs = backend.softmax(&scores, 3)?;
+    if bias.has_blind_rows() {
+        // Rows with no visible key are NaN after softmax (-inf - -inf); zero them.
+        let finite = backend.compare(&probs, &probs, CompareOp::Eq)?;
+        let zeros = backend.scalar(0.0, dtype)?;
+        probs = backend.where_cond(&finite, &probs, &zeros)?;
+    }
+    let out = backend.matmul(&probs, v)?;
+    backend.reshape(&out, &[b, hq, tq, dv])
+}
+
 /// The portable body of [`Backend::non_finite_rows`] (NaN lifted to +∞, then the row maximum
 /// compared with ±∞), for a backend whose fused version covers only some arrays.
 pub fn default_non_finite_rows<B: Backend>(
@@ -930,54 +990,7 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
         bias: &AttentionBias<Self>,
         scale: f32,
     ) -> Result<Self::Array, Self::Error> {
-        let qs = self.shape(q);
-        let ks = self.shape(k);
-        let vs = self.shape(v);
-        let ([b, hq, tq, d], [kb, hkv, tk, kd], [vb, vh, vt, dv]) = (&qs[..], &ks[..], &vs[..])
-        else {
-            return Err(CoreError::ShapeMismatch {
-                op: "attention",
-                lhs: qs,
-                rhs: ks,
-            }
-            .into());
-        };
-        let consistent = b == kb && b == vb && d == kd && hkv == vh && tk == vt;
-        let fits = bias.tq() == *tq && bias.tk() == *tk;
-        if !consistent || !fits || *hkv == 0 || hq % hkv != 0 {
-            return Err(CoreError::ShapeMismatch {
-                op: "attention",
-                lhs: qs,
-                rhs: ks,
-            }
-            .into());
-        }
-        let (b, hq, tq, d, hkv, tk, dv) = (*b, *hq, *tq, *d, *hkv, *tk, *dv);
-        let groups = hq / hkv;
-        // Fold the query heads of one KV head into the row axis: [b, hkv, groups * tq, d].
-        let qg = self.reshape(q, &[b, hkv, groups * tq, d])?;
-        let kt = self.transpose(k, 2, 3)?;
-        let mut scores = self.affine(&self.matmul(&qg, &kt)?, scale, 0.0)?;
-        let dtype = self.dtype(&scores);
-        if let Some(table) = bias.table() {
-            // [b * hkv * groups, tq, tk] + [tq, tk]: the one table serves every head.
-            let rows = self.reshape(&scores, &[b * hkv * groups, tq, tk])?;
-            let table = if self.dtype(table) == dtype {
-                table.clone()
-            } else {
-                self.cast(table, dtype)?
-            };
-            scores = self.reshape(&self.add(&rows, &table)?, &[b, hkv, groups * tq, tk])?;
-        }
-        let mut probs = self.softmax(&scores, 3)?;
-        if bias.has_blind_rows() {
-            // Rows with no visible key are NaN after softmax (-inf - -inf); zero them.
-            let finite = self.compare(&probs, &probs, CompareOp::Eq)?;
-            let zeros = self.scalar(0.0, dtype)?;
-            probs = self.where_cond(&finite, &probs, &zeros)?;
-        }
-        let out = self.matmul(&probs, v)?;
-        self.reshape(&out, &[b, hq, tq, dv])
+        default_attention_with_bias(self, q, k, v, bias, scale)
     }
 
     /// Expert-gathered linear layer (mixture of experts): row `r` of `x` (`[n, in]`) times the
