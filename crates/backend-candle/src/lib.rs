@@ -22,9 +22,12 @@
 //! Every required op maps onto candle tensor ops (see `README.md` for the table). Of the fused
 //! ops, `softmax` (`candle_nn::ops::softmax_last_dim`), `rms_norm` (`candle_nn::ops::rms_norm`),
 //! `rope_with_tables` (`candle_nn::rotary_emb::rope`; `rope` and `rope_cached` reach it with host
-//! tables or the model's device tables) and `gelu_tanh` (`Tensor::gelu`) use candle kernels;
-//! `top_k` selects with a heap per row on the CPU (`topk.rs`; GPUs keep the default sort);
-//! `attention` and `log_softmax` keep the trait's default bodies; `gather_linear` (MoE
+//! tables or the model's device tables) and `gelu_tanh` (`Tensor::gelu`; a vectorised pass for
+//! contiguous `f32` CPU tensors, `gelu.rs`) use candle kernels; `top_k` selects with a heap per
+//! row on the CPU (`topk.rs`; GPUs keep the default sort); `argmax` and `non_finite_rows` scan
+//! contiguous `f32` CPU rows once (`row_scan.rs`); `attention_with_bias` runs a few `f32` CPU
+//! query rows in one pass each (`small_attention.rs`), otherwise the trait's default, as do
+//! `attention` and `log_softmax`; `gather_linear` (MoE
 //! experts) runs one matmul per expert in use (`experts.rs`). The in-place cache hooks
 //! are overridden: [`Backend::write_slice`] writes into the preallocated buffer with
 //! `Tensor::slice_set`, and [`Backend::deep_copy`] copies the elements with `Tensor::force_contiguous`.
