@@ -20,7 +20,7 @@ use crate::ops::{self, to_candle};
 use crate::qmatmul::QuantMatMul;
 use crate::Result;
 
-/// A quantized weight prepared for candle; see the [module docs](self).
+/// A quantized weight prepared for candle (which kernel runs it: see `src/quantized.rs`).
 #[derive(Debug, Clone)]
 pub struct CandleQuantWeight {
     source: Arc<QuantTensor>,
