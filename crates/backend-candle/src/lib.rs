@@ -59,6 +59,7 @@
 mod device;
 mod error;
 mod experts;
+mod fast_exp;
 mod fused;
 mod gelu;
 mod ops;

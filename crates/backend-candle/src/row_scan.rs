@@ -11,18 +11,11 @@ use candle_core::{CpuStorage, Storage, Tensor};
 /// `f(row)` for every row along the last axis of `x` when `x` is an `f32` CPU tensor laid out
 /// contiguously and `axis` is its last axis; `None` otherwise (the caller's general path runs).
 pub(crate) fn map_rows<T>(x: &Tensor, axis: usize, f: impl Fn(&[f32]) -> T) -> Option<Vec<T>> {
-    let dims = x.dims();
-    let len = *dims.last()?;
-    if axis + 1 != dims.len() || len == 0 {
+    let len = *x.dims().last()?;
+    if axis + 1 != x.dims().len() || len == 0 {
         return None;
     }
-    let (storage, layout) = x.storage_and_layout();
-    let Storage::Cpu(CpuStorage::F32(values)) = &*storage else {
-        return None;
-    };
-    let (start, end) = layout.contiguous_offsets()?;
-    let values = values.get(start..end)?;
-    Some(values.chunks_exact(len).map(f).collect())
+    contiguous_f32(x, |values| values.chunks_exact(len).map(f).collect())
 }
 
 /// `f(values)` over every value of `x` when `x` is an `f32` CPU tensor laid out contiguously;

@@ -10,9 +10,10 @@
 //! call has (a verify row gets a decode row's bits); masked keys are skipped (`exp(−∞) = 0`
 //! exactly in the default) and a row that sees no key gives zeros, as the default does.
 
-use candle_core::{CpuStorage, DType, Storage, Tensor};
+use candle_core::{DType, Tensor};
 use mtp_core::{AttentionBias, AttentionMask};
 
+use crate::row_scan::contiguous_f32;
 use crate::{CandleBackend, Result};
 
 /// The most query rows taken here; more (a prefill chunk) go to the default's matmuls.
@@ -42,6 +43,7 @@ pub(crate) fn attention(
     }
     let q = q.contiguous()?;
     let shape = Shape {
+        batch: b,
         hq,
         groups: hq / hkv,
         tq,
@@ -50,30 +52,30 @@ pub(crate) fn attention(
         dv,
     };
     // The caches are read in place, under their storage read guards (no candle call runs while
-    // they are held; `q` is a separate, small tensor).
-    let out = {
-        let (qg, ql) = q.storage_and_layout();
-        let (kg, kl) = k.storage_and_layout();
-        let (vg, vl) = v.storage_and_layout();
-        match (f32s(&qg, ql), f32s(&kg, kl), f32s(&vg, vl)) {
-            (Some(qs), Some(ks), Some(vs)) => run(qs, ks, vs, b, shape, bias.mask(), scale),
-            _ => return Ok(None),
-        }
-    };
-    Ok(Some(Tensor::from_vec(out, (b, hq, tq, dv), q.device())?))
-}
-
-/// The values of a contiguous `f32` CPU storage under `layout`.
-fn f32s<'s>(storage: &'s Storage, layout: &candle_core::Layout) -> Option<&'s [f32]> {
-    let Storage::Cpu(CpuStorage::F32(values)) = storage else {
-        return None;
-    };
-    let (start, end) = layout.contiguous_offsets()?;
-    values.get(start..end)
+    // they are held).
+    let out = contiguous_f32(&q, |q| {
+        contiguous_f32(k, |k| {
+            contiguous_f32(v, |v| {
+                run(&Inputs {
+                    q,
+                    k,
+                    v,
+                    shape,
+                    mask: bias.mask(),
+                    scale,
+                })
+            })
+        })
+    });
+    match out.flatten().flatten() {
+        Some(out) => Ok(Some(Tensor::from_vec(out, (b, hq, tq, dv), q.device())?)),
+        None => Ok(None),
+    }
 }
 
 #[derive(Clone, Copy)]
 struct Shape {
+    batch: usize,
     hq: usize,
     groups: usize,
     tq: usize,
@@ -82,65 +84,42 @@ struct Shape {
     dv: usize,
 }
 
-fn run(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    batch: usize,
-    s: Shape,
-    mask: &AttentionMask,
+/// One call's operands: `q` `[batch, hq, tq, d]`, `k` `[batch, hkv, tk, d]`, `v`
+/// `[batch, hkv, tk, dv]`, row-major.
+struct Inputs<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    shape: Shape,
+    mask: &'a AttentionMask,
     scale: f32,
-) -> Vec<f32> {
+}
+
+fn run(x: &Inputs<'_>) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
         // SAFETY: AVX2 and FMA were detected just now.
         #[allow(unsafe_code)]
-        return unsafe { run_avx2(q, k, v, batch, s, mask, scale) };
+        return unsafe { run_avx2(x) };
     }
-    run_portable(q, k, v, batch, s, mask, scale)
+    body(x)
 }
 
-/// [`run_portable`] compiled with AVX2 and FMA (the 8-lane loops become 256-bit vectors).
+/// [`body`] compiled with AVX2 and FMA (the 8-lane loops become 256-bit vectors).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(unsafe_code)]
-unsafe fn run_avx2(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    batch: usize,
-    s: Shape,
-    mask: &AttentionMask,
-    scale: f32,
-) -> Vec<f32> {
-    body(q, k, v, batch, s, mask, scale)
-}
-
-fn run_portable(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    batch: usize,
-    s: Shape,
-    mask: &AttentionMask,
-    scale: f32,
-) -> Vec<f32> {
-    body(q, k, v, batch, s, mask, scale)
+unsafe fn run_avx2(x: &Inputs<'_>) -> Vec<f32> {
+    body(x)
 }
 
 #[inline(always)]
-fn body(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    batch: usize,
-    s: Shape,
-    mask: &AttentionMask,
-    scale: f32,
-) -> Vec<f32> {
+fn body(x: &Inputs<'_>) -> Vec<f32> {
+    let (q, k, v, s, mask, scale) = (x.q, x.k, x.v, x.shape, x.mask, x.scale);
+    let batch = s.batch;
     let hkv = s.hq / s.groups;
     let mut out = vec![0f32; batch * s.hq * s.tq * s.dv];
     let mut scores = Vec::with_capacity(s.tk);
@@ -168,7 +147,7 @@ fn body(
                 let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0f32;
                 for p in scores.iter_mut() {
-                    *p = crate::gelu::exp(*p - max);
+                    *p = crate::fast_exp::exp(*p - max);
                     sum += *p;
                 }
                 let dst = &mut out[row * s.dv..][..s.dv];

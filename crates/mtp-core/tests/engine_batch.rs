@@ -94,6 +94,18 @@ fn generate_job(engine: &Engine<'_, B>, job: &Job) -> Outcome {
     (r.tokens, sink.seen, r.done_reason)
 }
 
+/// `request` run to its end with its tokens discarded.
+fn quietly(
+    engine: &Engine<'_, B>,
+    request: &GenerateRequest,
+) -> Result<mtp_core::engine::Response, <B as mtp_core::Backend>::Error> {
+    engine.generate(
+        request,
+        &mut mtp_core::engine::DiscardSink,
+        &CancelToken::new(),
+    )
+}
+
 fn batched(
     engine: &Engine<'_, B>,
     jobs: &[Job],
@@ -245,13 +257,7 @@ fn sampled_sequences_keep_the_target_distribution_in_a_measured_batch() {
         |engine, seed: u64| {
             let mut request = probe.clone();
             request.sampling.seed = Some(seed);
-            let out = engine
-                .generate(
-                    &request,
-                    &mut mtp_core::engine::DiscardSink,
-                    &CancelToken::new(),
-                )
-                .expect("runs");
+            let out = quietly(engine, &request).expect("runs");
             counts.lock().unwrap()[out.tokens[0] as usize * vocab + out.tokens[1] as usize] += 1;
         },
     )
@@ -342,13 +348,7 @@ fn a_panicking_job_ends_alone() {
         },
         |engine, job: i32| {
             let request = GenerateRequest::greedy(vec![1, 2], 8);
-            engine
-                .generate(
-                    &request,
-                    &mut mtp_core::engine::DiscardSink,
-                    &CancelToken::new(),
-                )
-                .expect("runs");
+            quietly(engine, &request).expect("runs");
             if job == 2 {
                 panic!("a job that fails after generating");
             }
@@ -390,13 +390,7 @@ fn a_policy_memory_carries_what_was_learned_to_the_next_batch() {
             },
             |engine, ()| {
                 let request = GenerateRequest::greedy(vec![1, 2, 3], 40);
-                engine
-                    .generate(
-                        &request,
-                        &mut mtp_core::engine::DiscardSink,
-                        &CancelToken::new(),
-                    )
-                    .expect("runs");
+                quietly(engine, &request).expect("runs");
             },
         )
         .expect("the batch runs");
@@ -469,13 +463,7 @@ fn a_model_that_panics_inside_a_batched_pass_fails_its_pass_and_nothing_hangs() 
         |engine, prompt: Vec<u32>| {
             let len = prompt.len();
             let request = GenerateRequest::greedy(prompt, 6);
-            let ok = engine
-                .generate(
-                    &request,
-                    &mut mtp_core::engine::DiscardSink,
-                    &CancelToken::new(),
-                )
-                .is_ok();
+            let ok = quietly(engine, &request).is_ok();
             outcomes.lock().unwrap().push((len, ok));
         },
     )

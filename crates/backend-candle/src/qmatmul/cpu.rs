@@ -23,7 +23,8 @@ pub enum Simd {
 }
 
 impl Simd {
-    /// Every variant, slowest first.
+    /// Every variant: the portable one first, then each architecture's sets from slower to
+    /// faster ([`best`](Self::best) takes the last one this CPU has).
     pub const ALL: [Simd; 4] = [Simd::Scalar, Simd::Avx2, Simd::Avx512Vnni, Simd::Neon];
 
     /// The environment variable that picks the instruction set (one this CPU has).

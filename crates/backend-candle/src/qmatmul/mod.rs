@@ -15,8 +15,9 @@
 //!
 //! * Types: [`QuantMatMul::supports`] — Q8_0, Q5_0, Q4_0, Q4_K, Q6_K. Other GGUF types keep
 //!   candle's `QMatMul` (the backend says so once per type).
-//! * Instruction set: [`Simd::best`], detected at run time — AVX2 + FMA on x86-64, else the
-//!   portable scalar kernels (which are also the tests' oracle for the SIMD ones).
+//! * Instruction set: [`Simd::best`], detected at run time — AVX-512 VNNI, else AVX2 + FMA on
+//!   x86-64, NEON on aarch64, else the portable scalar kernels (which are also the tests'
+//!   oracle for the SIMD ones).
 //! * Threads: output rows are split into tasks on the [`SpinPool`] (the caller and workers
 //!   that poll for the next product; sized like rayon's global pool, which `--threads` sets),
 //!   a few tasks per thread.

@@ -7,8 +7,9 @@
 //! to report back, while the caller sleeps and the pool's threads run it: measured on Gemma 3
 //! 270M (2 cores), about a fifth of all CPU samples sat in futex and scheduler calls. Here the
 //! caller takes tasks itself, the workers claim the rest through one atomic counter, and a
-//! worker that finished one product is still spinning when the next arrives, so a decode step
-//! makes no system call for its products (llama.cpp's CPU thread pool polls the same way).
+//! worker that finished one product is still polling when the next arrives, so within a decode
+//! step the products make no system call; a worker is woken by `unpark` only after it sat idle
+//! for [`SPIN`] (llama.cpp's CPU thread pool polls the same way).
 //!
 //! * Size: rayon's global pool size when first used (what `--threads` sets), so one knob
 //!   sizes every CPU kernel; one thread means every product runs on the caller alone.
