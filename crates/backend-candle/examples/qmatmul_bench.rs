@@ -110,8 +110,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         }
         let w = Arc::new(random_weight(ty, rows, cols, 17 + si as u64));
-        let bytes = w.data().len();
         let ours = QuantMatMul::new(w.clone())?;
+        // What our kernel streams: the GGUF rows, or the interleaved copy (Q5_0 widened).
+        let bytes = ours.bytes();
+        let layout = format!("{:?}", ours.layout()).to_lowercase();
         let theirs = QMatMul::from_qtensor(qtensor_from_ggml(
             candle_type(ty),
             w.data(),
@@ -146,7 +148,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let gbs = bytes as f64 / o / 1e9;
             println!(
-                "| {name} | {ty} | {n} | {:.1} | {:.1} | {:.2}× | {gbs:.1} | {:.2} | {:.2} |",
+                "| {name} | {ty} {layout} | {n} | {:.1} | {:.1} | {:.2}× | {gbs:.1} | {:.2} | {:.2} |",
                 o * 1e6,
                 c * 1e6,
                 c / o,
@@ -154,7 +156,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 c / theirs_1
             );
             records.push(format!(
-                "{{\"shape\":\"{name}\",\"type\":\"{ty}\",\"out\":{rows},\"in\":{cols},\"rows\":{n},\
+                "{{\"shape\":\"{name}\",\"type\":\"{ty}\",\"layout\":\"{layout}\",\"out\":{rows},\"in\":{cols},\"rows\":{n},\
                  \"weight_bytes\":{bytes},\"ours_s\":{o:e},\"candle_s\":{c:e}}}"
             ));
         }

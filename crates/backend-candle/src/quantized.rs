@@ -207,6 +207,6 @@ fn batched_linear(k: &QuantMatMul, x: &Tensor) -> Result<Tensor> {
         .flatten_all()?
         .to_vec1::<f32>()?;
     let y = k.forward(&values, n)?;
-    let y = Tensor::from_vec(y, (n, k.weight().rows()), x.device())?;
+    let y = Tensor::from_vec(y, (n, k.shape()[0]), x.device())?;
     Ok(y.to_dtype(x.dtype())?)
 }

@@ -18,6 +18,9 @@ pub(super) struct BlockQ8_0 {
     /// `q + 128` as unsigned bytes: the unsigned operand of the VNNI byte dot product
     /// (`Σ (q + 128) w − 128 Σ w = Σ q w`).
     pub us: [u8; 32],
+    /// `−128 Σ q`: the start of the interleaved kernels' VNNI sums, whose unsigned operand is
+    /// the weight `w + 128` (`Σ (w + 128) q − 128 Σ q = Σ w q`).
+    pub minus_128_sum: i32,
 }
 
 /// One Q8_K block (ggml's `block_q8_K`).
@@ -80,6 +83,7 @@ pub(super) fn quantize_q8_0(
             }
             BlockQ8_0 {
                 d: half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+                minus_128_sum: -128 * qs.iter().map(|&q| i32::from(q)).sum::<i32>(),
                 qs,
                 us,
             }

@@ -17,6 +17,15 @@ pub(super) trait Block32 {
     /// The scale and the 32 weights of `block` (exactly [`BYTES`](Self::BYTES) long).
     fn decode(block: &[u8]) -> (f32, [i8; 32]);
 
+    /// The `f16` bits of `block`'s scale: every 32-weight GGUF type starts with it.
+    fn scale_bits(block: &[u8]) -> u16 {
+        u16::from_le_bytes([block[0], block[1]])
+    }
+
+    /// The block of scale bits `d` and weights `q` (each in the type's range), written to `out`
+    /// ([`BYTES`](Self::BYTES) long): the inverse of [`decode`](Self::decode).
+    fn encode(d: u16, q: &[i8; 32], out: &mut [u8]);
+
     /// The same as [`decode`](Self::decode), the weights in one 256-bit register.
     ///
     /// # Safety

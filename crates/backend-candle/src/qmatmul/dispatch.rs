@@ -8,6 +8,8 @@ use mtp_core::quant::{GgmlType, QuantTensor};
 
 use super::acts::{quantize_q8_0, quantize_q8_k, BlockQ8K, BlockQ8_0, Quantized};
 use super::block32::{self, Block32};
+use super::interleaved::{Interleaved, GROUP};
+use super::interleaved_kernels;
 use super::pool::SpinPool;
 use super::q4_0::Q4_0;
 use super::q4_k::Q4K;
@@ -27,29 +29,56 @@ const TASKS_PER_THREAD: usize = 4;
 /// The least weight bytes a task streams (below this, a task costs more to hand out than run).
 const MIN_TASK_BYTES: usize = 32 << 10;
 
+/// The bytes a product reads, shared with the tasks.
+pub(super) enum Weight {
+    /// GGUF rows as stored.
+    Rows(Arc<QuantTensor>),
+    /// The interleaved copy.
+    Interleaved(Arc<Interleaved>),
+}
+
+impl Weight {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Weight::Rows(w) => w.data(),
+            Weight::Interleaved(w) => w.data(),
+        }
+    }
+}
+
 /// `y = x @ Wᵀ`, `y` `[n, rows]`, on `pool`; the shapes were checked by the caller.
 pub(super) fn matmul(
     ty: GgmlType,
-    weight: &Arc<QuantTensor>,
+    weight: Weight,
+    [rows, cols]: [usize; 2],
     x: &[f32],
     n: usize,
     simd: Simd,
     pool: &SpinPool,
 ) -> Result<Vec<f32>, QMatMulError> {
-    let [rows, cols] = weight.shape();
     if n == 0 || rows == 0 || cols == 0 {
         return Ok(vec![0f32; n * rows]);
     }
-    let row_bytes = cols / ty.block_size() * ty.block_bytes();
+    // The kernels' second argument: bytes per GGUF row, or per interleaved group.
+    let stride = match &weight {
+        Weight::Rows(_) => cols / ty.block_size() * ty.block_bytes(),
+        Weight::Interleaved(w) => w.group_bytes(),
+    };
+    let row_bytes = match &weight {
+        Weight::Rows(_) => stride,
+        Weight::Interleaved(_) => stride / GROUP,
+    };
     let per_task = rows_per_task(rows, row_bytes, pool.threads());
+    let interleaved = matches!(weight, Weight::Interleaved(_));
     let plan = Plan {
-        weight: weight.clone(),
-        row_bytes,
+        weight,
+        stride,
         rows,
         per_task,
         n,
     };
     let parts = match ty {
+        _ if interleaved => plan.run(pool, interleaved_kernel(simd), quantize_q8_0(x, n, cols)?)?,
         GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 => {
             plan.run(pool, block32_kernel(ty, simd), quantize_q8_0(x, n, cols)?)?
         }
@@ -75,10 +104,11 @@ pub(super) fn matmul(
 }
 
 /// How one product is split: task `t` computes weight rows `t · per_task ..` (at most
-/// `per_task`) for all `n` activation rows, into a buffer of its own (`[n, len]`).
+/// `per_task`, a multiple of the interleaved [`GROUP`]) for all `n` activation rows, into a
+/// buffer of its own (`[n, len]`).
 struct Plan {
-    weight: Arc<QuantTensor>,
-    row_bytes: usize,
+    weight: Weight,
+    stride: usize,
     rows: usize,
     per_task: usize,
     n: usize,
@@ -102,8 +132,8 @@ impl Plan {
             let mut part = vec![0f32; self.n * len];
             let mut out: Vec<&mut [f32]> = part.chunks_mut(len).collect();
             kernel(
-                self.weight.data(),
-                self.row_bytes,
+                self.weight.bytes(),
+                self.stride,
                 start..start + len,
                 &acts,
                 &mut out,
@@ -119,12 +149,22 @@ impl Plan {
 }
 
 /// Weight rows per task: about [`TASKS_PER_THREAD`] tasks per thread of the pool, none smaller
-/// than [`MIN_TASK_BYTES`] of weights.
+/// than [`MIN_TASK_BYTES`] of weights, a multiple of [`GROUP`] (so no interleaved group is
+/// computed twice) unless that is all the rows.
 fn rows_per_task(rows: usize, row_bytes: usize, threads: usize) -> usize {
     let tasks = threads.max(1) * TASKS_PER_THREAD;
     rows.div_ceil(tasks)
         .max(MIN_TASK_BYTES.div_ceil(row_bytes.max(1)))
+        .next_multiple_of(GROUP)
         .clamp(1, rows.max(1))
+}
+
+fn interleaved_kernel(simd: Simd) -> Kernel<BlockQ8_0> {
+    match simd {
+        Simd::Avx2 => interleaved_avx2,
+        Simd::Avx512Vnni => interleaved_vnni,
+        Simd::Scalar | Simd::Neon => interleaved_kernels::groups_scalar,
+    }
 }
 
 fn block32_kernel(ty: GgmlType, simd: Simd) -> Kernel<BlockQ8_0> {
@@ -181,6 +221,31 @@ macro_rules! checked_kernel {
         }
     };
 }
+
+/// [`checked_kernel!`] for the interleaved layout's kernels (no block-type parameter).
+macro_rules! checked_group_kernel {
+    ($name:ident = $kernel:ident on $simd:expr) => {
+        fn $name(
+            w: &[u8],
+            group_bytes: usize,
+            rows: Range<usize>,
+            acts: &Quantized<BlockQ8_0>,
+            out: &mut [&mut [f32]],
+        ) {
+            #[cfg(target_arch = "x86_64")]
+            if $simd.is_available() {
+                // SAFETY: the kernel's instruction set was detected just now; the group and
+                // block sizes come from the weight's checked shape (every slice access inside
+                // is bounds-checked).
+                return unsafe { interleaved_kernels::$kernel(w, group_bytes, rows, acts, out) };
+            }
+            interleaved_kernels::groups_scalar(w, group_bytes, rows, acts, out)
+        }
+    };
+}
+
+checked_group_kernel!(interleaved_avx2 = groups_avx2 on Simd::Avx2);
+checked_group_kernel!(interleaved_vnni = groups_vnni on Simd::Avx512Vnni);
 
 checked_kernel!(block32_avx2<Block32>(BlockQ8_0) = block32::rows_avx2 on Simd::Avx2, "x86_64");
 checked_kernel!(block32_vnni<Block32>(BlockQ8_0) = block32::rows_vnni on Simd::Avx512Vnni, "x86_64");

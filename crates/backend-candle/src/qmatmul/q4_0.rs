@@ -18,6 +18,14 @@ impl Block32 for Q4_0 {
         (super::f16_at(block, 0), w)
     }
 
+    fn encode(d: u16, q: &[i8; 32], out: &mut [u8]) {
+        // `q + 8` is the 4-bit code, `q` in -8..8.
+        out[..2].copy_from_slice(&d.to_le_bytes());
+        for (j, o) in out[2..18].iter_mut().enumerate() {
+            *o = ((q[j] + 8) as u8) | (((q[j + 16] + 8) as u8) << 4);
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,f16c")]
     #[inline]

@@ -21,6 +21,17 @@ impl Block32 for Q5_0 {
         (super::f16_at(block, 0), w)
     }
 
+    fn encode(d: u16, q: &[i8; 32], out: &mut [u8]) {
+        // `q + 16` is the 5-bit code, `q` in -16..16.
+        let code = |i: usize| (q[i] + 16) as u8;
+        let qh = (0..32).fold(0u32, |qh, i| qh | (u32::from(code(i) >> 4) << i));
+        out[..2].copy_from_slice(&d.to_le_bytes());
+        out[2..6].copy_from_slice(&qh.to_le_bytes());
+        for (j, o) in out[6..22].iter_mut().enumerate() {
+            *o = (code(j) & 0x0F) | ((code(j + 16) & 0x0F) << 4);
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,f16c")]
     #[inline]

@@ -16,6 +16,13 @@ impl Block32 for Q8_0 {
         (super::f16_at(block, 0), w)
     }
 
+    fn encode(d: u16, q: &[i8; 32], out: &mut [u8]) {
+        out[..2].copy_from_slice(&d.to_le_bytes());
+        for (o, &q) in out[2..34].iter_mut().zip(q) {
+            *o = q as u8;
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,f16c")]
     #[inline]

@@ -33,6 +33,17 @@ pub(super) fn prefetch_ahead(block: &[u8]) {
     _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().wrapping_add(PREFETCH_BYTES).cast());
 }
 
+/// [`prefetch_ahead`] for every cache line of a block longer than one line (the K-quant super
+/// blocks, the interleaved groups): one hint per line, so the whole stream is asked for.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn prefetch_block_ahead(block: &[u8]) {
+    let ahead = block.as_ptr().wrapping_add(PREFETCH_BYTES);
+    for line in (0..block.len()).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
+    }
+}
+
 /// [`hsum`] of every accumulator.
 #[target_feature(enable = "avx2,fma")]
 #[inline]

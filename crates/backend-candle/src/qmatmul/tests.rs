@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use mtp_core::quant::{quantize_ggml, GgmlType, QuantTensor, QK_K};
+use mtp_core::quant::{quantize_ggml, GgmlType, QuantError, QuantTensor, QK_K};
 use mtp_core::reference::ReferenceBackend;
 use mtp_core::{Backend, DType};
 
 use super::acts::{block_q8_k, quantize_q8_0, quantize_q8_k, BlockQ8K};
-use super::{QMatMulError, QuantMatMul, Simd, SpinPool};
+use super::{Layout, QMatMulError, QuantMatMul, Simd, SpinPool};
 use crate::quantized_tests::{random_tensor, rel_err, Rng, QMATMUL_TOLERANCE};
 use crate::CandleBackend;
 
@@ -25,6 +25,14 @@ const TYPES: [GgmlType; 5] = [
 
 /// Activation row counts: single rows, verify widths, prefill chunks; around [`ROW_CHUNK`].
 const ROW_COUNTS: [usize; 7] = [1, 2, 5, 8, 9, 17, 32];
+
+/// `w` in every layout its type has.
+fn every_layout(w: &Arc<QuantTensor>) -> Vec<QuantMatMul> {
+    Layout::ALL
+        .into_iter()
+        .filter_map(|layout| QuantMatMul::with_layout(w.clone(), layout).ok())
+        .collect()
+}
 
 fn random_x(n: usize, cols: usize, seed: u64) -> Vec<f32> {
     let mut rng = Rng(seed | 1);
@@ -98,11 +106,12 @@ fn every_type_and_row_count_equals_the_exact_product_of_the_quantized_operands()
             let abs_w: Vec<f32> = wd.iter().map(|v| v.abs()).collect();
             let abs_x: Vec<f32> = x.iter().map(|v| v.abs()).collect();
             let scale = exact_matmul(&abs_x, &abs_w, n, rows, cols);
-            let k = QuantMatMul::new(w).expect("supported");
-            for simd in Simd::available() {
-                let got = k.forward_with(&x, n, simd).expect("forward");
-                let what = format!("{ty} {simd} n={n} [{rows}, {cols}]");
-                assert_close_per_output(&got, &want, &scale, 1e-5, &what);
+            for k in every_layout(&w) {
+                for simd in Simd::available() {
+                    let got = k.forward_with(&x, n, simd).expect("forward");
+                    let what = format!("{ty} {:?} {simd} n={n} [{rows}, {cols}]", k.layout());
+                    assert_close_per_output(&got, &want, &scale, 1e-5, &what);
+                }
             }
         }
     }
@@ -142,25 +151,35 @@ fn random_shapes_agree_between_simd_and_scalar_and_across_thread_counts() {
         let rows = 1 + (rng.next() % 700) as usize;
         let w = Arc::new(random_tensor(ty, rows, cols, rng.next()));
         let x = random_x(n, cols, rng.next());
-        let k = QuantMatMul::new(w).expect("supported");
-        let scalar = k.forward_with(&x, n, Simd::Scalar).expect("scalar");
-        for simd in Simd::available() {
-            let got = k.forward_with(&x, n, simd).expect("simd");
-            assert!(
-                rel_err(&got, &scalar) < 1e-5,
-                "{ty} {simd} n={n} [{rows}, {cols}]: {}",
-                rel_err(&got, &scalar)
-            );
-        }
-        // Each output is computed by one task in a fixed order: any pool size gives the same bits.
-        for threads in [1, 3] {
-            let pool = SpinPool::new(threads);
-            let got = k.forward_in(&x, n, Simd::best(), &pool).expect("forward");
-            assert_eq!(
-                got,
-                k.forward(&x, n).expect("forward"),
-                "{ty} {threads} threads"
-            );
+        for k in every_layout(&w) {
+            let layout = k.layout();
+            let scalar = k.forward_with(&x, n, Simd::Scalar).expect("scalar");
+            for simd in Simd::available() {
+                let got = k.forward_with(&x, n, simd).expect("simd");
+                if layout == Layout::Interleaved {
+                    // One order of operations on every instruction set.
+                    assert_eq!(
+                        got, scalar,
+                        "{ty} interleaved {simd} n={n} [{rows}, {cols}]"
+                    );
+                }
+                assert!(
+                    rel_err(&got, &scalar) < 1e-5,
+                    "{ty} {layout:?} {simd} n={n} [{rows}, {cols}]: {}",
+                    rel_err(&got, &scalar)
+                );
+            }
+            // Each output is computed by one task in a fixed order: any pool size gives the
+            // same bits.
+            for threads in [1, 3] {
+                let pool = SpinPool::new(threads);
+                let got = k.forward_in(&x, n, Simd::best(), &pool).expect("forward");
+                assert_eq!(
+                    got,
+                    k.forward(&x, n).expect("forward"),
+                    "{ty} {layout:?} {threads} threads"
+                );
+            }
         }
     }
 }
@@ -305,20 +324,21 @@ fn the_backend_uses_the_kernel_for_half_inputs_and_embeddings() -> crate::Result
 fn a_row_of_a_batch_gets_the_bits_it_gets_alone() {
     for (t, ty) in TYPES.into_iter().enumerate() {
         let (rows, cols, n) = (300, 2 * QK_K, 11);
-        let k = QuantMatMul::new(Arc::new(random_tensor(ty, rows, cols, 70 + t as u64)))
-            .expect("supported");
         let x = random_x(n, cols, 5);
-        for simd in Simd::available() {
-            let batch = k.forward_with(&x, n, simd).expect("batch");
-            for j in [0, 4, 10] {
-                let alone = k
-                    .forward_with(&x[j * cols..][..cols], 1, simd)
-                    .expect("one row");
-                assert_eq!(
-                    &batch[j * rows..][..rows],
-                    &alone[..],
-                    "{ty} {simd} row {j}"
-                );
+        for k in every_layout(&Arc::new(random_tensor(ty, rows, cols, 70 + t as u64))) {
+            for simd in Simd::available() {
+                let batch = k.forward_with(&x, n, simd).expect("batch");
+                for j in [0, 4, 10] {
+                    let alone = k
+                        .forward_with(&x[j * cols..][..cols], 1, simd)
+                        .expect("one row");
+                    assert_eq!(
+                        &batch[j * rows..][..rows],
+                        &alone[..],
+                        "{ty} {:?} {simd} row {j}",
+                        k.layout()
+                    );
+                }
             }
         }
     }
@@ -353,14 +373,65 @@ fn vnni_kernels_give_the_avx2_kernels_bits() {
     for (t, ty) in TYPES.into_iter().enumerate() {
         for n in ROW_COUNTS {
             let (rows, cols) = (1 + (rng.next() % 300) as usize, 2 * QK_K);
-            let k = QuantMatMul::new(Arc::new(random_tensor(ty, rows, cols, 90 + t as u64)))
-                .expect("supported");
             let x = random_x(n, cols, rng.next());
-            assert_eq!(
-                k.forward_with(&x, n, Simd::Avx512Vnni).expect("vnni"),
-                k.forward_with(&x, n, Simd::Avx2).expect("avx2"),
-                "{ty} n={n} [{rows}, {cols}]"
-            );
+            for k in every_layout(&Arc::new(random_tensor(ty, rows, cols, 90 + t as u64))) {
+                assert_eq!(
+                    k.forward_with(&x, n, Simd::Avx512Vnni).expect("vnni"),
+                    k.forward_with(&x, n, Simd::Avx2).expect("avx2"),
+                    "{ty} {:?} n={n} [{rows}, {cols}]",
+                    k.layout()
+                );
+            }
         }
     }
+}
+
+#[test]
+fn the_interleaved_layout_is_exact_and_only_for_q8_0_and_q5_0() {
+    for (t, ty) in TYPES.into_iter().enumerate() {
+        // Rows not a multiple of the group; a padded last group.
+        let (rows, cols) = (21 + t, 2 * ty.block_size());
+        let w = Arc::new(random_tensor(ty, rows, cols, 300 + t as u64));
+        let k = QuantMatMul::with_layout(w.clone(), Layout::Interleaved);
+        if !matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0) {
+            assert!(
+                matches!(k, Err(QMatMulError::UnsupportedFormat { .. })),
+                "{ty}"
+            );
+            continue;
+        }
+        let k = k.expect("interleaved");
+        assert_eq!(k.layout(), Layout::Interleaved);
+        // Rows decode to the GGUF blocks' bits, and the GGUF bytes come back.
+        let ids = [0, 7, 8, rows - 1, 3];
+        let got = k.decode_rows(&ids).expect("rows");
+        let want = w.dequantize_rows(&ids).expect("rows");
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{ty}"
+        );
+        assert_eq!(k.to_tensor().expect("rebuilt").data(), w.data(), "{ty}");
+        assert!(matches!(
+            k.decode_rows(&[rows]),
+            Err(QMatMulError::Quant(QuantError::RowOutOfRange { .. }))
+        ));
+    }
+}
+
+#[test]
+fn a_block_encodes_back_to_its_bytes() {
+    use super::block32::Block32;
+    fn round_trip<B: Block32>(ty: GgmlType) {
+        let w = random_tensor(ty, 4, 128, 17);
+        for block in w.data().chunks_exact(B::BYTES) {
+            let (_, q) = B::decode(block);
+            let mut out = vec![0u8; B::BYTES];
+            B::encode(B::scale_bits(block), &q, &mut out);
+            assert_eq!(out, block, "{ty}");
+        }
+    }
+    round_trip::<super::q8_0::Q8_0>(GgmlType::Q8_0);
+    round_trip::<super::q5_0::Q5_0>(GgmlType::Q5_0);
+    round_trip::<super::q4_0::Q4_0>(GgmlType::Q4_0);
 }
