@@ -9,7 +9,7 @@
 //! rounding (see the tests for the tolerance per type).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType, QMatMul};
 use candle_core::{Device, Module, Tensor};
@@ -17,14 +17,24 @@ use mtp_core::quant::{GgmlType, QuantFormat, QuantTensor};
 use mtp_core::DType;
 
 use crate::ops::{self, to_candle};
-use crate::qmatmul::QuantMatMul;
+use crate::qmatmul::{Layout, QuantMatMul};
 use crate::Result;
 
 /// A quantized weight prepared for candle (which kernel runs it: see `src/quantized.rs`).
 #[derive(Debug, Clone)]
 pub struct CandleQuantWeight {
-    source: Arc<QuantTensor>,
+    source: Source,
+    shape: [usize; 2],
     kernel: Kernel,
+}
+
+/// The host tensor a weight came from: kept, or (for a weight the batched kernel holds in its
+/// own interleaved copy) rebuilt from that copy on the first request, so the GGUF bytes are not
+/// held twice. The backend's own matmul and row lookup never ask for it.
+#[derive(Debug, Clone)]
+enum Source {
+    Kept(Arc<QuantTensor>),
+    Rebuilt(QuantMatMul, Arc<OnceLock<QuantTensor>>),
 }
 
 #[derive(Debug, Clone)]
@@ -90,8 +100,15 @@ pub(crate) fn prepare(
             dtype,
         )?),
     };
+    let source = match &kernel {
+        Kernel::Batched(k) if k.layout() != Layout::Rows => {
+            Source::Rebuilt(k.clone(), Arc::default())
+        }
+        _ => Source::Kept(tensor.clone()),
+    };
     Ok(CandleQuantWeight {
-        source: tensor,
+        source,
+        shape: tensor.shape(),
         kernel,
     })
 }
@@ -126,7 +143,15 @@ fn say_no_batched_kernel(ty: GgmlType) {
 impl CandleQuantWeight {
     /// The host tensor this weight was prepared from.
     pub fn source(&self) -> &QuantTensor {
-        &self.source
+        match &self.source {
+            Source::Kept(t) => t,
+            Source::Rebuilt(k, cell) => cell.get_or_init(|| {
+                // The copy was made from a valid tensor of this shape, and rebuilding is exact.
+                k.to_tensor()
+                    .map(Arc::unwrap_or_clone)
+                    .expect("an interleaved copy rebuilds its GGUF tensor")
+            }),
+        }
     }
 
     /// Whether a quantized kernel (this crate's batched one or candle's) computes with it, else
@@ -146,7 +171,7 @@ impl CandleQuantWeight {
     /// `x @ Wᵀ` (`x`: `[.., in]`), in `x`'s dtype.
     pub(crate) fn linear(&self, x: &Tensor) -> Result<Tensor> {
         let dims = x.dims().to_vec();
-        let [rows, cols] = self.source.shape();
+        let [rows, cols] = self.shape;
         let inner = dims.last().copied().unwrap_or(0);
         if inner != cols {
             return Err(mtp_core::CoreError::ShapeMismatch {
@@ -171,16 +196,16 @@ impl CandleQuantWeight {
     /// Rows `ids` (any shape) as `dtype`.
     pub(crate) fn rows(&self, ids: &Tensor, dtype: DType) -> Result<Tensor> {
         let rows = match &self.kernel {
-            Kernel::Batched(_) => self.decoded_rows(ids)?,
+            Kernel::Batched(k) => self.decoded_rows(k, ids)?,
             Kernel::Blocks(q) => q.embedding(ids)?,
             Kernel::Dense(w) => ops::embedding(w, ids)?,
         };
         Ok(rows.to_dtype(to_candle(dtype))?)
     }
 
-    /// Rows `ids` decoded on the host by mtp-core's exact decoders (only those rows), as `f32`
-    /// `[ids.., cols]`.
-    fn decoded_rows(&self, ids: &Tensor) -> Result<Tensor> {
+    /// Rows `ids` decoded on the host (only those rows, the bits mtp-core's exact decoders
+    /// give), from whichever layout the batched kernel holds, as `f32` `[ids.., cols]`.
+    fn decoded_rows(&self, k: &QuantMatMul, ids: &Tensor) -> Result<Tensor> {
         let list: Vec<usize> = ids
             .flatten_all()?
             .to_dtype(candle_core::DType::U32)?
@@ -188,12 +213,9 @@ impl CandleQuantWeight {
             .into_iter()
             .map(|i| i as usize)
             .collect();
-        let values = self
-            .source
-            .dequantize_rows(&list)
-            .map_err(mtp_core::CoreError::from)?;
+        let values = k.decode_rows(&list)?;
         let mut shape = ids.dims().to_vec();
-        shape.push(self.source.cols());
+        shape.push(self.shape[1]);
         Ok(Tensor::from_vec(values, shape, ids.device())?)
     }
 }

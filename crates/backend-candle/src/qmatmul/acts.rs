@@ -3,7 +3,7 @@
 //! values, one `f32` scale and the sums of every 16 quants, which the K-quants' minimums and
 //! offsets need) for Q4_K / Q6_K.
 
-use mtp_core::quant::{quantize_ggml, GgmlType, QK_K};
+use mtp_core::quant::{GgmlType, QuantError, QK_K};
 
 use super::{QMatMulError, ROW_CHUNK};
 
@@ -63,36 +63,55 @@ impl<B> Quantized<B> {
     }
 }
 
-/// `[n, cols]` activations as Q8_0 blocks, with mtp-core's quantizer (bit-identical to ggml's
-/// `quantize_row_q8_0_ref`); `cols` must be a multiple of 32.
+/// `[n, cols]` activations as Q8_0 blocks, bit-identical to mtp-core's quantizer and ggml's
+/// `quantize_row_q8_0_ref` (`d = max|x| / 127`, `q = roundf(x · (1 / d))`, halves away from
+/// zero), written straight into the kernels' blocks; `cols` must be a multiple of 32.
 pub(super) fn quantize_q8_0(
     x: &[f32],
     n: usize,
     cols: usize,
 ) -> Result<Quantized<BlockQ8_0>, QMatMulError> {
-    let packed = quantize_ggml(GgmlType::Q8_0, x, n, cols)?;
-    let blocks = packed
-        .data()
-        .chunks_exact(GgmlType::Q8_0.block_bytes())
-        .map(|b| {
-            let mut qs = [0i8; 32];
-            let mut us = [0u8; 32];
-            for ((q, u), &byte) in qs.iter_mut().zip(&mut us).zip(&b[2..]) {
-                *q = byte as i8;
-                *u = byte ^ 0x80;
-            }
-            BlockQ8_0 {
-                d: half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
-                minus_128_sum: -128 * qs.iter().map(|&q| i32::from(q)).sum::<i32>(),
-                qs,
-                us,
-            }
-        })
-        .collect();
+    // The size checks (and their errors) of mtp-core's quantizer.
+    GgmlType::Q8_0.tensor_bytes(n, cols)?;
+    if n.checked_mul(cols) != Some(x.len()) {
+        return Err(QuantError::SizeMismatch {
+            format: "GGUF Q8_0".into(),
+            rows: n,
+            cols,
+            reason: format!("{} values to quantize", x.len()),
+        }
+        .into());
+    }
     Ok(Quantized {
-        blocks,
+        blocks: x.chunks_exact(32).map(block_q8_0).collect(),
         blocks_per_row: cols / 32,
     })
+}
+
+/// One Q8_0 block of activations. `roundf` by integers (no libm call, so the loop vectorises):
+/// `t = trunc(y)`, `f = y − t` (exact for `|y| < 2²³`; here `|y| ≤ 127`), then one step away
+/// from zero when `|f| ≥ ½`. A NaN gives 0, as `roundf(NaN) as i8` does.
+fn block_q8_0(x: &[f32]) -> BlockQ8_0 {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+    let mut qs = [0i8; 32];
+    for (q, &v) in qs.iter_mut().zip(x) {
+        let y = v * id;
+        let t = y as i32;
+        let f = y - t as f32;
+        *q = (t + i32::from(f >= 0.5) - i32::from(f <= -0.5)) as i8;
+    }
+    let mut us = [0u8; 32];
+    for (u, &q) in us.iter_mut().zip(&qs) {
+        *u = (q as u8) ^ 0x80;
+    }
+    BlockQ8_0 {
+        d: half::f16::from_f32(d).to_f32(),
+        minus_128_sum: -128 * qs.iter().map(|&q| i32::from(q)).sum::<i32>(),
+        qs,
+        us,
+    }
 }
 
 /// `[n, cols]` activations as Q8_K blocks; `cols` must be a multiple of 256 (the caller checks
@@ -103,6 +122,10 @@ pub(super) fn quantize_q8_k(x: &[f32], cols: usize) -> Quantized<BlockQ8K> {
         blocks_per_row: cols / QK_K,
     }
 }
+
+/// 1.5 · 2²³: a float this large has no fraction bits, so `(y + M) − M` is `y` rounded to an
+/// integer, half to even, for `|y| < 2²²`.
+const ROUNDING_MAGIC: f32 = 12_582_912.0;
 
 /// ggml's `quantize_row_q8_K_ref` for one block: the value of largest magnitude `max` (the first
 /// on ties) maps to `-127`, `q = min(127, round_half_even(-127 x / max))`, `d = 1 / (-127 / max)`.
@@ -124,9 +147,9 @@ pub(super) fn block_q8_k(x: &[f32]) -> BlockQ8K {
     }
     let iscale = -127.0 / max;
     for (q, &v) in block.qs.iter_mut().zip(x) {
-        // ggml's `nearest_int` (the 1.5·2²³ trick) rounds half to even; the product is within
-        // ±127 (+ rounding), far inside the trick's range.
-        *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+        // ggml's `nearest_int`: adding and removing 1.5·2²³ rounds half to even (the product
+        // is within ±127 + rounding, far inside the trick's range), with no libm call.
+        *q = ((((iscale * v) + ROUNDING_MAGIC) - ROUNDING_MAGIC) as i32).min(127) as i8;
     }
     for (sum, group) in block.bsums.iter_mut().zip(block.qs.chunks_exact(16)) {
         *sum = group.iter().map(|&q| i16::from(q)).sum();

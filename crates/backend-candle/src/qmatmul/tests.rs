@@ -243,17 +243,40 @@ fn q8_k_quantizer_follows_ggml() {
 
 #[test]
 fn q8_0_activations_are_mtp_cores_quantizer_blocks() {
-    let (n, cols) = (3, 96);
-    let x = random_x(n, cols, 11);
+    let (n, cols) = (4, 96);
+    let mut x = random_x(n, cols, 11);
+    // Exact halves after scaling (max 127 gives id = 1): 0.5, 1.5, -2.5, ... and a zero row.
+    for (i, v) in x[cols..2 * cols].iter_mut().enumerate() {
+        *v = if i % 32 == 0 {
+            127.0
+        } else {
+            (i % 9) as f32 - 4.5
+        };
+    }
+    x[2 * cols..3 * cols].fill(0.0);
     let ours = quantize_q8_0(&x, n, cols).expect("sizes");
     let theirs = quantize_ggml(GgmlType::Q8_0, &x, n, cols).expect("sizes");
-    let decoded: Vec<f32> = ours
+    for (b, bytes) in ours
         .blocks()
         .iter()
-        .flat_map(|b| b.qs.map(|q| b.d * f32::from(q)))
-        .collect();
-    assert_eq!(decoded, theirs.dequantize());
+        .zip(theirs.data().chunks_exact(GgmlType::Q8_0.block_bytes()))
+    {
+        let d = half::f16::from_le_bytes([bytes[0], bytes[1]]).to_f32();
+        assert_eq!(b.d.to_bits(), d.to_bits());
+        assert_eq!(b.qs.map(|q| q as u8), bytes[2..]);
+        assert_eq!(b.us, b.qs.map(|q| (q as u8) ^ 0x80));
+        let sum: i32 = b.qs.iter().map(|&q| i32::from(q)).sum();
+        assert_eq!(b.minus_128_sum, -128 * sum);
+    }
     assert_eq!(ours.row(2).len(), cols / 32);
+    assert!(matches!(
+        quantize_q8_0(&x[..cols - 1], 1, cols - 1),
+        Err(QMatMulError::Quant(_))
+    ));
+    assert!(matches!(
+        quantize_q8_0(&x[..cols], 2, cols),
+        Err(QMatMulError::Quant(_))
+    ));
 }
 
 #[test]
