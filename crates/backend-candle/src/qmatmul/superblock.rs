@@ -110,16 +110,22 @@ pub(super) fn rows_scalar<B: SuperBlock>(
 #[cfg(target_arch = "x86_64")]
 macro_rules! quant_sums {
     ($w:expr, $xs:expr, $b:expr, $m:ident, |$sum:ident, $pairs:ident, $scale:ident| $acc:expr) => {{
-        let mut sums = [_mm256_setzero_si256(); $m];
+        // Even and odd registers in two chains, so one row's sums are not one dependent
+        // chain of 8 (the latency, not the throughput, bound a single row).
+        let mut sums = [[_mm256_setzero_si256(); $m]; 2];
         for (k, (&q, &$scale)) in $w.q.iter().zip(&$w.scale).enumerate() {
-            for ($sum, x) in sums.iter_mut().zip($xs) {
+            for ($sum, x) in sums[k % 2].iter_mut().zip($xs) {
                 // SAFETY: `x.qs` holds 256 bytes, so 32 from `32 k` (k < 8) are inside.
                 let xq = unsafe { _mm256_loadu_si256(x[$b].qs.as_ptr().add(32 * k).cast()) };
                 let $pairs = _mm256_maddubs_epi16(q, xq);
                 *$sum = $acc;
             }
         }
-        sums
+        let [mut even, odd] = sums;
+        for (e, o) in even.iter_mut().zip(odd) {
+            *e = _mm256_add_epi32(*e, o);
+        }
+        even
     }};
 }
 
