@@ -56,6 +56,7 @@
 
 #![warn(missing_docs)]
 
+mod dense_rows;
 mod device;
 mod error;
 mod experts;
@@ -303,6 +304,16 @@ impl Backend for CandleBackend {
 
     fn matmul(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         ops::matmul(a, b)
+    }
+
+    /// A few `f32` rows on the CPU: each weight row read in place and dotted with every row
+    /// (`dense_rows`: no packing of the transposed weight per call, a row's bits independent
+    /// of how many rows came with it); otherwise candle's matmul.
+    fn linear(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        match dense_rows::linear(x, w) {
+            Some(y) => y,
+            None => mtp_core::backend::default_linear(self, x, w),
+        }
     }
 
     // ------------------------------------------------------------------ hooks (in place)

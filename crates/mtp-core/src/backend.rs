@@ -213,6 +213,40 @@ pub fn default_attention_with_bias<B: Backend>(
     backend.reshape(&out, &[b, hq, tq, dv])
 }
 
+/// The portable body of [`Backend::linear`] (a transpose of `w` and a matmul), for a backend
+/// whose own version covers only some arrays.
+pub fn default_linear<B: Backend>(
+    b: &B,
+    x: &B::Array,
+    w: &B::Array,
+) -> Result<B::Array, B::Error> {
+    let x_shape = b.shape(x);
+    let w_shape = b.shape(w);
+    let (Some(&inner), [out, w_in]) = (x_shape.last(), w_shape.as_slice()) else {
+        return Err(CoreError::ShapeMismatch {
+            op: "linear",
+            lhs: x_shape,
+            rhs: w_shape,
+        }
+        .into());
+    };
+    if inner != *w_in {
+        return Err(CoreError::ShapeMismatch {
+            op: "linear",
+            lhs: x_shape,
+            rhs: w_shape,
+        }
+        .into());
+    }
+    let rows: usize = x_shape[..x_shape.len() - 1].iter().product();
+    let flat = b.reshape(x, &[rows, inner])?;
+    let wt = b.transpose(w, 0, 1)?;
+    let y = b.matmul(&flat, &wt)?;
+    let mut out_shape = x_shape[..x_shape.len() - 1].to_vec();
+    out_shape.push(*out);
+    b.reshape(&y, &out_shape)
+}
+
 /// The portable body of [`Backend::non_finite_rows`] (NaN lifted to +∞, then the row maximum
 /// compared with ±∞), for a backend whose fused version covers only some arrays.
 pub fn default_non_finite_rows<B: Backend>(
@@ -738,32 +772,9 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
     }
 
     /// `x @ w^T` for a linear layer with weight `w` of shape `[out, in]`; `x` is `[.., in]`.
+    /// The default ([`default_linear`]) is a transpose and a [`matmul`](Self::matmul).
     fn linear(&self, x: &Self::Array, w: &Self::Array) -> Result<Self::Array, Self::Error> {
-        let x_shape = self.shape(x);
-        let w_shape = self.shape(w);
-        let (Some(&inner), [out, w_in]) = (x_shape.last(), w_shape.as_slice()) else {
-            return Err(CoreError::ShapeMismatch {
-                op: "linear",
-                lhs: x_shape,
-                rhs: w_shape,
-            }
-            .into());
-        };
-        if inner != *w_in {
-            return Err(CoreError::ShapeMismatch {
-                op: "linear",
-                lhs: x_shape,
-                rhs: w_shape,
-            }
-            .into());
-        }
-        let rows: usize = x_shape[..x_shape.len() - 1].iter().product();
-        let flat = self.reshape(x, &[rows, inner])?;
-        let wt = self.transpose(w, 0, 1)?;
-        let y = self.matmul(&flat, &wt)?;
-        let mut out_shape = x_shape[..x_shape.len() - 1].to_vec();
-        out_shape.push(*out);
-        self.reshape(&y, &out_shape)
+        default_linear(self, x, w)
     }
 
     /// `x` without its last axis when that axis has size 1 (shape helper).

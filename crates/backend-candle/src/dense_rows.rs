@@ -1,0 +1,288 @@
+//! `y = x @ Wᵀ` for a few rows of `f32` activations (a decode step, a speculative verify of
+//! `k + 1` tokens) against a dense `f32` weight `[out, in]` on the CPU, each weight row read in
+//! place and dotted with every activation row while it sits in L1.
+//!
+//! candle's CPU matmul (the `gemm` crate) packs the transposed weight into its own panels on
+//! every call with more than one row: for the default pair's verify forwards about a third of
+//! all samples were that packing, so a verify of 2–5 rows cost 2.7–3.1 single-row steps.
+//!
+//! Each output `y[j][i]` is one dot product whose order depends only on `in` (two 8-lane
+//! fused multiply-add chains over 16-column steps, then 8, then the scalar tail), never on how
+//! many rows were given or how the work was split over threads: a row of a verify forward gets
+//! the bits it gets alone.
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use candle_core::{DType as CDType, Device, Tensor};
+
+use crate::qmatmul::SpinPool;
+use crate::row_scan::contiguous_f32;
+use crate::Result;
+
+/// The most activation rows this path takes (above it, prefill chunks go to candle's packed
+/// matmul, whose packing pays for itself over many rows).
+pub(crate) const MAX_ROWS: usize = 16;
+
+/// Activation rows dotted per pass over a weight row.
+const CHUNK: usize = 4;
+
+/// The least weight bytes a task reads (smaller products run on the calling thread alone).
+const MIN_TASK_BYTES: usize = 64 << 10;
+
+/// Tasks per pool thread.
+const TASKS_PER_THREAD: usize = 4;
+
+/// `x @ wᵀ` by the few-row kernel when it applies — CPU, both `f32`, `w` `[out, in]`
+/// contiguous, at most [`MAX_ROWS`] rows of `x`, a CPU with AVX2 and FMA — else `None` (the
+/// caller runs the portable path).
+pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
+    if !matches!(x.device(), Device::Cpu) || x.dtype() != CDType::F32 || !available() {
+        return None;
+    }
+    let (out, cols) = w.dims2().ok()?;
+    let dims = x.dims();
+    if dims.last() != Some(&cols) || cols == 0 || out == 0 {
+        return None;
+    }
+    let n: usize = dims[..dims.len() - 1].iter().product();
+    if n == 0 || n > MAX_ROWS {
+        return None;
+    }
+    let xs: Vec<f32> = contiguous_f32(x, |v| v.to_vec())
+        .or_else(|| contiguous_f32(&x.contiguous().ok()?, |v| v.to_vec()))?;
+    // The weight must be readable in place (a contiguous f32 CPU tensor), checked before any
+    // task starts.
+    contiguous_f32(w, |v| v.len() == out * cols).filter(|&ok| ok)?;
+    let mut shape = dims.to_vec();
+    shape.pop();
+    shape.push(out);
+    Some(
+        run(Arc::new(xs), n, w.clone(), out, cols, SpinPool::global())
+            .and_then(|y| Ok(Tensor::from_vec(y, shape, x.device())?)),
+    )
+}
+
+/// Whether this CPU has the kernel's instruction set.
+fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The product on `pool`: task `t` computes weight rows `t · per_task ..` for all rows of `x`
+/// into a buffer of its own, assembled in task order.
+fn run(
+    x: Arc<Vec<f32>>,
+    n: usize,
+    w: Tensor,
+    out: usize,
+    cols: usize,
+    pool: &SpinPool,
+) -> Result<Vec<f32>> {
+    let tasks_wanted = pool.threads().max(1) * TASKS_PER_THREAD;
+    let per_task = out
+        .div_ceil(tasks_wanted)
+        .max(MIN_TASK_BYTES.div_ceil(cols * 4))
+        .clamp(1, out);
+    let tasks = out.div_ceil(per_task);
+    let parts: Arc<Vec<Mutex<Vec<f32>>>> =
+        Arc::new((0..tasks).map(|_| Mutex::new(Vec::new())).collect());
+    let written = parts.clone();
+    pool.run(tasks, move |t| {
+        let start = t * per_task;
+        let len = per_task.min(out - start);
+        let mut part = vec![0f32; n * len];
+        // The weight was checked contiguous f32 above; a tensor's storage does not change.
+        contiguous_f32(&w, |wv| {
+            rows(&x, n, cols, wv, start..start + len, &mut part)
+        });
+        *written[t].lock().unwrap_or_else(|p| p.into_inner()) = part;
+    })
+    .map_err(|_| crate::qmatmul::QMatMulError::TaskPanicked)?;
+    let parts: Vec<Vec<f32>> = parts
+        .iter()
+        .map(|p| std::mem::take(&mut *p.lock().unwrap_or_else(|p| p.into_inner())))
+        .collect();
+    let mut y = Vec::with_capacity(n * out);
+    for j in 0..n {
+        for part in &parts {
+            let len = part.len() / n;
+            y.extend_from_slice(&part[j * len..][..len]);
+        }
+    }
+    Ok(y)
+}
+
+/// `part[j · len + (i − rows.start)] = x_j · w_i` for weight rows `rows`.
+fn rows(x: &[f32], n: usize, cols: usize, w: &[f32], rows: Range<usize>, part: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: AVX2 and FMA were detected just now; every slice access is bounds-checked.
+        #[allow(unsafe_code)]
+        return unsafe { rows_avx2(x, n, cols, w, rows, part) };
+    }
+    let len = rows.len();
+    for (i, r) in rows.enumerate() {
+        let w_row = &w[r * cols..][..cols];
+        for j in 0..n {
+            part[j * len + i] = x[j * cols..][..cols]
+                .iter()
+                .zip(w_row)
+                .map(|(a, b)| a * b)
+                .sum();
+        }
+    }
+}
+
+/// [`rows`] with AVX2 + FMA, [`CHUNK`] activation rows per pass over a weight row.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows_avx2(
+    x: &[f32],
+    n: usize,
+    cols: usize,
+    w: &[f32],
+    rows: Range<usize>,
+    part: &mut [f32],
+) {
+    let len = rows.len();
+    for (i, r) in rows.enumerate() {
+        let w_row = &w[r * cols..][..cols];
+        let mut j0 = 0;
+        while j0 < n {
+            let m = CHUNK.min(n - j0);
+            let xr: [&[f32]; CHUNK] =
+                std::array::from_fn(|jj| &x[(j0 + jj.min(m - 1)) * cols..][..cols]);
+            let dots = match m {
+                1 => chunk::<1>(w_row, &xr).to_vec(),
+                2 => chunk::<2>(w_row, &xr).to_vec(),
+                3 => chunk::<3>(w_row, &xr).to_vec(),
+                _ => chunk::<4>(w_row, &xr).to_vec(),
+            };
+            for (jj, d) in dots.into_iter().enumerate() {
+                part[(j0 + jj) * len + i] = d;
+            }
+            j0 += m;
+        }
+    }
+}
+
+/// The 8 floats of `v` from column `c`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn load(v: &[f32], c: usize) -> std::arch::x86_64::__m256 {
+    let s = &v[c..c + 8];
+    // SAFETY: `s` is 8 floats; the load is unaligned.
+    unsafe { std::arch::x86_64::_mm256_loadu_ps(s.as_ptr()) }
+}
+
+/// One weight row dotted with `M` activation rows: per row two 8-lane chains (columns
+/// `16 s .. 16 s + 8` and `16 s + 8 .. 16 s + 16`), a last 8 into the first, the two summed
+/// and reduced across lanes, then the scalar tail added in order.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn chunk<const M: usize>(w: &[f32], xs: &[&[f32]; CHUNK]) -> [f32; M] {
+    use std::arch::x86_64::*;
+    let cols = w.len();
+    let (mut a0, mut a1) = ([_mm256_setzero_ps(); M], [_mm256_setzero_ps(); M]);
+    let mut c = 0;
+    while c + 16 <= cols {
+        let (w0, w1) = (load(w, c), load(w, c + 8));
+        for jj in 0..M {
+            a0[jj] = _mm256_fmadd_ps(load(xs[jj], c), w0, a0[jj]);
+            a1[jj] = _mm256_fmadd_ps(load(xs[jj], c + 8), w1, a1[jj]);
+        }
+        c += 16;
+    }
+    if c + 8 <= cols {
+        let w0 = load(w, c);
+        for jj in 0..M {
+            a0[jj] = _mm256_fmadd_ps(load(xs[jj], c), w0, a0[jj]);
+        }
+        c += 8;
+    }
+    let mut out = [0f32; M];
+    for jj in 0..M {
+        let v = _mm256_add_ps(a0[jj], a1[jj]);
+        let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+        let mut sum = _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)));
+        for k in c..cols {
+            sum += xs[jj][k] * w[k];
+        }
+        out[jj] = sum;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use mtp_core::Backend;
+
+    use crate::quantized_tests::{rel_err, Rng};
+    use crate::CandleBackend;
+
+    fn random(len: usize, seed: u64) -> Vec<f32> {
+        let mut rng = Rng(seed | 1);
+        (0..len).map(|_| rng.unit()).collect()
+    }
+
+    #[test]
+    fn few_rows_match_candles_matmul_and_each_row_gets_its_bits_alone() -> crate::Result<()> {
+        let b = CandleBackend::cpu();
+        // Columns: a multiple of 16, of 8 only, and a scalar tail; rows split into several
+        // tasks for the wide one.
+        for (k, &(out, cols)) in [(37, 64), (300, 200), (5000, 37)].iter().enumerate() {
+            let w = b.from_f32(
+                &random(out * cols, 10 + k as u64),
+                &[out, cols],
+                mtp_core::DType::F32,
+            )?;
+            let all = random(super::MAX_ROWS * cols, 20 + k as u64);
+            let alone: Vec<Vec<f32>> = (0..super::MAX_ROWS)
+                .map(|j| {
+                    let x =
+                        b.from_f32(&all[j * cols..][..cols], &[1, cols], mtp_core::DType::F32)?;
+                    b.to_vec_f32(&b.linear(&x, &w)?)
+                })
+                .collect::<crate::Result<_>>()?;
+            for n in [1, 2, 3, 4, 5, 9, super::MAX_ROWS] {
+                let x = b.from_f32(&all[..n * cols], &[1, n, cols], mtp_core::DType::F32)?;
+                assert!(super::linear(&x, &w).is_some() || !super::available());
+                let got = b.to_vec_f32(&b.linear(&x, &w)?)?;
+                let want = b.to_vec_f32(&mtp_core::backend::default_linear(&b, &x, &w)?)?;
+                assert!(rel_err(&got, &want) < 1e-5, "[{out}, {cols}] n={n}");
+                for (j, row) in got.chunks_exact(out).enumerate() {
+                    assert_eq!(row, &alone[j][..], "[{out}, {cols}] n={n} row {j}");
+                }
+            }
+            // Above the row limit, and a transposed (non-contiguous) input, still correct.
+            let n = super::MAX_ROWS + 1;
+            let x = b.from_f32(&random(n * cols, 30), &[n, cols], mtp_core::DType::F32)?;
+            assert!(super::linear(&x, &w).is_none());
+            let xt = b.transpose(
+                &b.from_f32(&all[..4 * cols], &[cols, 4], mtp_core::DType::F32)?,
+                0,
+                1,
+            )?;
+            let got = b.to_vec_f32(&b.linear(&xt, &w)?)?;
+            let want = b.to_vec_f32(&mtp_core::backend::default_linear(&b, &xt, &w)?)?;
+            assert!(rel_err(&got, &want) < 1e-5, "[{out}, {cols}] transposed x");
+        }
+        Ok(())
+    }
+}
