@@ -215,11 +215,7 @@ pub fn default_attention_with_bias<B: Backend>(
 
 /// The portable body of [`Backend::linear`] (a transpose of `w` and a matmul), for a backend
 /// whose own version covers only some arrays.
-pub fn default_linear<B: Backend>(
-    b: &B,
-    x: &B::Array,
-    w: &B::Array,
-) -> Result<B::Array, B::Error> {
+pub fn default_linear<B: Backend>(b: &B, x: &B::Array, w: &B::Array) -> Result<B::Array, B::Error> {
     let x_shape = b.shape(x);
     let w_shape = b.shape(w);
     let (Some(&inner), [out, w_in]) = (x_shape.last(), w_shape.as_slice()) else {

@@ -71,7 +71,9 @@ unsafe fn chunk_vnni<const M: usize>(
 
     let mut acc = [_mm256_setzero_ps(); M];
     for (b, block) in group.chunks_exact(GROUP_BLOCK_BYTES).enumerate() {
-        super::simd_x86::prefetch_block_ahead(block);
+        super::simd_x86::prefetch_block_ahead::<{ super::simd_x86::PREFETCH_BYTES_INTERLEAVED }>(
+            block,
+        );
         let (dw, w) = load_block(block);
         for (a, x) in acc.iter_mut().zip(xs) {
             let x = &x[b];
@@ -109,7 +111,9 @@ unsafe fn chunk_avx2<const M: usize>(
     let (ones, unsigned_128) = (_mm256_set1_epi16(1), _mm256_set1_epi8(i8::MIN));
     let mut acc = [_mm256_setzero_ps(); M];
     for (b, block) in group.chunks_exact(GROUP_BLOCK_BYTES).enumerate() {
-        super::simd_x86::prefetch_block_ahead(block);
+        super::simd_x86::prefetch_block_ahead::<{ super::simd_x86::PREFETCH_BYTES_INTERLEAVED }>(
+            block,
+        );
         let (dw, mut w) = load_block(block);
         let mut w_abs = w;
         for (w, w_abs) in w.iter_mut().zip(&mut w_abs) {

@@ -33,12 +33,19 @@ pub(super) fn prefetch_ahead(block: &[u8]) {
     _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().wrapping_add(PREFETCH_BYTES).cast());
 }
 
+/// How far ahead the interleaved kernels prefetch: their 272-byte blocks take longer per byte
+/// (8 rows' dot products per load), so the same lead in bytes is less lead in time; the head
+/// (640 → 262 144, Q8_0) at 5 rows took 6.5–7.1 ms with 2 KiB and 5.0–5.6 ms with 4 KiB on
+/// the 2-core EPYC of BENCHMARKS.md (8 KiB: no better).
+pub(super) const PREFETCH_BYTES_INTERLEAVED: usize = 4096;
+
 /// [`prefetch_ahead`] for every cache line of a block longer than one line (the K-quant super
-/// blocks, the interleaved groups): one hint per line, so the whole stream is asked for.
+/// blocks, the interleaved groups), `LEAD` bytes ahead: one hint per line, so the whole stream
+/// is asked for.
 #[target_feature(enable = "avx2")]
 #[inline]
-pub(super) fn prefetch_block_ahead(block: &[u8]) {
-    let ahead = block.as_ptr().wrapping_add(PREFETCH_BYTES);
+pub(super) fn prefetch_block_ahead<const LEAD: usize>(block: &[u8]) {
+    let ahead = block.as_ptr().wrapping_add(LEAD);
     for line in (0..block.len()).step_by(64) {
         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line).cast());
     }

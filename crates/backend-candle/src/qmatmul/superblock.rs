@@ -174,7 +174,7 @@ unsafe fn chunk_avx2<B: SuperBlock, const M: usize>(
     let mut acc = [_mm256_setzero_ps(); M];
     for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
         // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
-        super::simd_x86::prefetch_block_ahead(block);
+        super::simd_x86::prefetch_block_ahead::<{ super::simd_x86::PREFETCH_BYTES }>(block);
         let w = unsafe { B::decode_avx2(block) };
         let sums = quant_sums!(w, xs, b, M, |sum, pairs, scale| {
             _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, scale))
@@ -203,7 +203,7 @@ unsafe fn chunk_vnni<B: SuperBlock, const M: usize>(
     let mut acc = [_mm256_setzero_ps(); M];
     for (b, block) in w_row.chunks_exact(B::BYTES).enumerate() {
         // SAFETY: AVX2 is present (the caller's contract) and `block` is one whole block.
-        super::simd_x86::prefetch_block_ahead(block);
+        super::simd_x86::prefetch_block_ahead::<{ super::simd_x86::PREFETCH_BYTES }>(block);
         let w = unsafe { B::decode_avx2(block) };
         let sums = quant_sums!(w, xs, b, M, |sum, pairs, scale| {
             _mm256_dpwssd_epi32(*sum, pairs, scale)
