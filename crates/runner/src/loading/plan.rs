@@ -90,12 +90,15 @@ fn weight_bytes(dir: &Path, options: &LoadOptions) -> LoadResult<u64> {
 }
 
 /// The bytes of a GGUF file's tensors as `options` loads them: quantized ones as stored (or in
-/// the compute dtype under `--dequantize`), float ones in the compute dtype.
+/// the compute dtype under `--dequantize`), float ones in the compute dtype. Q5_0 counts at its
+/// 8-bit width, 34 bytes per block of 32 rather than 22: the candle CPU kernel's interleaved
+/// layout on x86-64 widens it (elsewhere this over-counts those tensors by half).
 fn gguf_weight_bytes(file: &GgufFile, options: &LoadOptions) -> u64 {
     let dense = options.dtype.size_in_bytes() as u64;
     file.tensors().values().fold(0u64, |total, t| {
         let count = t.shape.iter().map(|&d| d as u64).product::<u64>();
         let bytes = match (t.ggml_type.float_dtype(), options.stored_quant) {
+            (None, StoredQuant::Keep) if t.ggml_type.name == "Q5_0" => (t.len as u64) / 22 * 34,
             (None, StoredQuant::Keep) => t.len as u64,
             _ => count.saturating_mul(dense),
         };
