@@ -109,14 +109,7 @@ fn run(
         .iter()
         .map(|p| std::mem::take(&mut *p.lock().unwrap_or_else(|p| p.into_inner())))
         .collect();
-    let mut y = Vec::with_capacity(n * out);
-    for j in 0..n {
-        for part in &parts {
-            let len = part.len() / n;
-            y.extend_from_slice(&part[j * len..][..len]);
-        }
-    }
-    Ok(y)
+    Ok(crate::qmatmul::pool::gather_rows(&parts, n, out))
 }
 
 /// `part[j · len + (i − rows.start)] = x_j · w_i` for weight rows `rows`.

@@ -93,14 +93,7 @@ pub(super) fn matmul(
     };
     // Task `t` computed weight rows `t · per_task ..` for every activation row: output row `j`
     // is the `j`-th row of every task's buffer, in task order.
-    let mut y = Vec::with_capacity(n * rows);
-    for j in 0..n {
-        for part in &parts {
-            let len = part.len() / n;
-            y.extend_from_slice(&part[j * len..][..len]);
-        }
-    }
-    Ok(y)
+    Ok(super::pool::gather_rows(&parts, n, rows))
 }
 
 /// How one product is split: task `t` computes weight rows `t · per_task ..` (at most

@@ -249,6 +249,19 @@ fn wait_for_epoch(shared: &Shared, index: usize, seen: u64) -> u64 {
     }
 }
 
+/// `[n, Σ len]` from task buffers `[n, len]` each (task `t` computed a column range of every row),
+/// row by row in task order: how the kernels' per-task results become one output.
+pub(crate) fn gather_rows(parts: &[Vec<f32>], n: usize, width: usize) -> Vec<f32> {
+    let mut y = Vec::with_capacity(n * width);
+    for j in 0..n {
+        for part in parts {
+            let len = part.len() / n;
+            y.extend_from_slice(&part[j * len..][..len]);
+        }
+    }
+    y
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
