@@ -48,10 +48,11 @@ const FLIP_MARGIN: f32 = 1.0;
 /// of llama.cpp's top-5 within 3.48 over 613 positions; top-1 agrees at 584/613 positions,
 /// every flip at a llama.cpp margin ≤ 0.61 (most below 0.2). Per-row layout: 4 identical,
 /// within 2.41, 588/613, margins ≤ 0.81.
-/// Tried (session 28, not kept): rounding q, k and v to f16 as llama.cpp's f16 KV cache and its
-/// f16 query conversion do: worst 3.48 → 2.66 (rows layout 2.82), top-1 585/613 (rows 593/613),
-/// still 4/10 identical — the flips sit at llama.cpp margins down to 0.002, so 90 % would take
-/// llama.cpp's own summation order and thread split, not a modelling fix.
+/// Tried (session 28, not kept): rounding q, k and v to f16 (llama.cpp keeps K and V in an f16
+/// cache, and ggml's f16 matmul converts its f32 operand, the queries, to f16): worst 3.48 → 2.66
+/// (rows layout 2.82), top-1 585/613 (rows 593/613), still 4/10 identical. The flips sit at
+/// llama.cpp margins down to 0.002; not tried: f16 softmax probabilities (ggml's `V × KQ`),
+/// llama.cpp's summation order and thread split.
 const GREEDY_IDENTICAL_AT_LEAST: usize = 3;
 
 struct Case {
