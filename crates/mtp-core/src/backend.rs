@@ -1040,6 +1040,24 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
         self.reshape(&y, &[*n, *out])
     }
 
+    /// [`gather_linear`](Self::gather_linear) over quantized experts: row `r` of `x`
+    /// (`[n, in]`) times the transpose of `experts[indices[r]]` (each `[out, in]`), giving
+    /// `[n, out]` in `x`'s dtype. `indices` holds `n` expert ids.
+    ///
+    /// The default ([`default_quant_gather_linear`](crate::experts::default_quant_gather_linear))
+    /// reads the ids on the host (a sync point), runs [`quant_linear`](Self::quant_linear) once
+    /// per expert in use over the rows routed to it, and gathers the results back in row order;
+    /// experts no row picks are never read. A backend with a gathered quantized kernel
+    /// overrides it.
+    fn quant_gather_linear(
+        &self,
+        x: &Self::Array,
+        experts: &[Self::QuantWeight],
+        indices: &Self::Array,
+    ) -> Result<Self::Array, Self::Error> {
+        crate::experts::default_quant_gather_linear(self, x, experts, indices)
+    }
+
     /// The `k` largest values along the last axis and their indices (`U32`), largest first.
     fn top_k(&self, x: &Self::Array, k: usize) -> Result<(Self::Array, Self::Array), Self::Error> {
         let shape = self.shape(x);

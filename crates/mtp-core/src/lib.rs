@@ -14,6 +14,8 @@
 //! * [`proposer`] — where drafts come from: an MTP head chain, n-gram prompt lookup;
 //! * [`quant`] — quantized weights: GGUF block formats and MLX affine groups, their exact
 //!   dequantization, and the load-time quantizer;
+//! * [`experts`] — mixture-of-experts products over quantized expert stacks: the rows routed to
+//!   each expert gathered, one quantized product per used expert, the results put back in order;
 //! * [`sampling`] — the sampler (temperature, top-k, top-p, min-p, penalties, seed) whose
 //!   speculative calls never mutate state, and the log-probabilities reported for emitted tokens
 //!   ([`sampling::logprobs`]);
@@ -35,6 +37,7 @@ pub mod cache;
 mod dtype;
 pub mod engine;
 mod error;
+pub mod experts;
 pub mod model;
 pub mod options;
 pub mod proposer;

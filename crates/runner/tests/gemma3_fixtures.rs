@@ -7,7 +7,7 @@ mod gguf_support;
 
 use std::path::{Path, PathBuf};
 
-use common::{ids_array, max_rel_err};
+use common::{ids_array, max_rel_err, prefill_logits};
 use gguf_support::fixture;
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
 use mtp_core::model::TargetModel;
@@ -73,15 +73,6 @@ fn load<B: Backend>(b: &B, path: &Path) -> LoadedTarget<B> {
 }
 
 /// Logits of every prompt position, from one forward over the prompt.
-fn prefill_logits<B: Backend>(b: &B, model: &LoadedTarget<B>, prompt: &[u32]) -> Vec<f32> {
-    let mut caches = model.new_caches(b).unwrap();
-    let out = model
-        .forward(b, &ids_array(b, prompt), 0, &mut caches)
-        .unwrap();
-    b.to_vec_f32(&model.unembed(b, &out.hidden).unwrap())
-        .unwrap()
-}
-
 fn sources() -> Vec<(PathBuf, &'static str, f32)> {
     vec![
         (fixture("gemma3/tiny/hf"), "tiny", TOLERANCE),

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{ids_array, max_rel_err, Reference};
+use common::{max_rel_err, prefill_logits, Reference};
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
 use mtp_core::model::TargetModel;
 use mtp_core::quant::QuantScheme;
@@ -28,15 +28,6 @@ fn quantized(scheme: QuantScheme) -> LoadOptions {
         quantize: Some(scheme),
         ..LoadOptions::default()
     }
-}
-
-fn prefill_logits<B: Backend, T: TargetModel<B>>(b: &B, target: &T, prompt: &[u32]) -> Vec<f32> {
-    let mut caches = target.new_caches(b).unwrap();
-    let out = target
-        .forward(b, &ids_array(b, prompt), 0, &mut caches)
-        .unwrap();
-    b.to_vec_f32(&target.unembed(b, &out.hidden).unwrap())
-        .unwrap()
 }
 
 /// The HF logits of the quantized weights (`tools/quant_fixtures/hf_quantized_logits.py`).

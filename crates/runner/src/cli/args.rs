@@ -214,8 +214,8 @@ pub struct ModelArgs {
     /// Quantize the dense projection and embedding weights at load, as ollama does at import:
     /// q8 (GGUF Q8_0) or q4 (GGUF Q4_0). candle computes with its quantized kernels, MLX with
     /// affine groups of 32, the reference backend by exact dequantization. Weights a checkpoint
-    /// already stores quantized stay as stored; MoE expert tensors stay dense [default: none,
-    /// the weights as stored].
+    /// already stores quantized stay as stored; MoE expert stacks are quantized one expert
+    /// at a time [default: none, the weights as stored].
     #[arg(long, value_enum, value_name = "SCHEME")]
     pub quantize: Option<QuantizeChoice>,
     /// Decode weights the checkpoint stores quantized (GGUF blocks, MLX affine) to dense

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use mtp_core::quant::{QuantScheme, QuantTensor};
+use mtp_core::quant::{AffineParams, QuantScheme, QuantTensor};
 use mtp_core::{Backend, DType};
 
 use super::error::{LoadError, LoadResult};
@@ -24,18 +24,18 @@ pub type TensorProgress<'a> = &'a mut dyn FnMut(usize, usize);
 
 /// Reads tensors from a [`TensorStore`] into arrays of one backend and compute dtype.
 pub struct ArrayLoader<'a, B: Backend> {
-    backend: &'a B,
-    store: &'a mut TensorStore,
-    dtype: DType,
-    progress: Option<TensorProgress<'a>>,
+    pub(super) backend: &'a B,
+    pub(super) store: &'a mut TensorStore,
+    pub(super) dtype: DType,
+    pub(super) progress: Option<TensorProgress<'a>>,
     /// The checkpoint's MLX affine quantization, if it has one.
-    mlx: Option<MlxQuantization>,
+    pub(super) mlx: Option<MlxQuantization>,
     /// Quantize dense matrices at load.
-    quantize: Option<QuantScheme>,
+    pub(super) quantize: Option<QuantScheme>,
     /// Whether a matrix `quantize` could not take was reported already.
-    told_dense: bool,
+    pub(super) told_dense: bool,
     /// Keep or decode matrices the checkpoint stores quantized.
-    stored_quant: StoredQuant,
+    pub(super) stored_quant: StoredQuant,
 }
 
 impl<B: Backend> std::fmt::Debug for ArrayLoader<'_, B> {
@@ -117,9 +117,7 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
                 reason: e.to_string(),
             })?;
         self.store.release(name);
-        if let Some(progress) = self.progress.as_mut() {
-            progress(self.store.taken(), self.store.len());
-        }
+        self.tick();
         Ok(array)
     }
 
@@ -145,9 +143,7 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
                     })?,
             )
         };
-        if let Some(progress) = self.progress.as_mut() {
-            progress(self.store.taken(), self.store.len());
-        }
+        self.tick();
         Ok(matrix)
     }
 
@@ -162,14 +158,7 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
         let module = name.strip_suffix(".weight").unwrap_or(name);
         let (scales, biases) = (format!("{module}.scales"), format!("{module}.biases"));
         let found = if self.store.contains(&scales) {
-            let Some(params) = self.mlx.as_ref().and_then(|m| m.params_for(module)) else {
-                return Err(LoadError::InvalidTensor {
-                    name: scales,
-                    reason: "quantization scales, but config.json's `quantization` does not \
-                             quantize this module"
-                        .into(),
-                });
-            };
+            let params = self.mlx_params(module, &scales)?;
             let invalid = |reason: String| LoadError::InvalidTensor {
                 name: name.to_string(),
                 reason,
@@ -184,12 +173,7 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
                 .map_err(|e| invalid(e.to_string()))?;
             (tensor, true)
         } else if let Some(scheme) = self.quantize {
-            let block = scheme.ggml_type().block_size();
-            if !cols.is_multiple_of(block) {
-                if !self.told_dense {
-                    tracing::warn!("--quantize {scheme}: {}", unquantizable(name, cols, block));
-                    self.told_dense = true;
-                }
+            if !self.quantizable(scheme, name, cols) {
                 return Ok(None);
             }
             let values = self.store.take_f32(name, &[rows, cols])?;
@@ -205,6 +189,41 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
             return Ok(None);
         };
         Ok(Some(found))
+    }
+
+    /// The affine parameters config.json's `quantization` gives `module`, whose `scales` tensor
+    /// is there: an error when the config does not quantize it.
+    pub(super) fn mlx_params(&self, module: &str, scales: &str) -> LoadResult<AffineParams> {
+        self.mlx
+            .as_ref()
+            .and_then(|m| m.params_for(module))
+            .ok_or_else(|| LoadError::InvalidTensor {
+                name: scales.to_string(),
+                reason: "quantization scales, but config.json's `quantization` does not \
+                         quantize this module"
+                    .into(),
+            })
+    }
+
+    /// Whether `--quantize scheme` can take matrix `name` with rows of `cols` weights (a whole
+    /// number of blocks); the first matrix it cannot take is reported once, and stays dense.
+    pub(super) fn quantizable(&mut self, scheme: QuantScheme, name: &str, cols: usize) -> bool {
+        let block = scheme.ggml_type().block_size();
+        if cols.is_multiple_of(block) {
+            return true;
+        }
+        if !self.told_dense {
+            tracing::warn!("--quantize {scheme}: {}", unquantizable(name, cols, block));
+            self.told_dense = true;
+        }
+        false
+    }
+
+    /// Report progress after a tensor was read.
+    pub(super) fn tick(&mut self) {
+        if let Some(progress) = self.progress.as_mut() {
+            progress(self.store.taken(), self.store.len());
+        }
     }
 
     /// Tensor `name` of shape `shape`, as host `f32` values.

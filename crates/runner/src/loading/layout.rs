@@ -3,7 +3,9 @@
 //! HF `Gemma4ForCausalLM` stores the text model under `model.` (`model.embed_tokens.weight`, ...);
 //! the multimodal `Gemma4ForConditionalGeneration` that Google publishes stores it under
 //! `model.language_model.`, next to the modules a text prompt never runs: `model.vision_tower`,
-//! `model.audio_tower`, `model.embed_vision` and `model.embed_audio` (HF `Gemma4Model.__init__`).
+//! `model.audio_tower`, `model.embed_vision` and `model.embed_audio` (HF `Gemma4Model.__init__`);
+//! mlx-vlm's conversions (the `mlx-community` files) store it under `language_model.model.`,
+//! the towers at the root.
 //! Those are marked used without being read ([`TensorStore::skip_prefix`]), so their pages of the
 //! memory map are never touched.
 
@@ -16,15 +18,20 @@ const EMBED: &str = "embed_tokens.weight";
 const PER_LAYER_EMBED: &str = "embed_tokens_per_layer.weight";
 /// The text model's module name inside the multimodal wrapper.
 const LANGUAGE_MODEL: &str = "language_model.";
+/// Where mlx-vlm's `Model.sanitize` puts the text model of a multimodal checkpoint it
+/// converts (the `mlx-community` files): `language_model.model.`, the towers at the root.
+const MLX_VLM_LANGUAGE_MODEL: &str = "language_model.model.";
 /// The multimodal wrapper's other modules (HF `Gemma4Model`): towers and their embedders.
 pub const TOWER_MODULES: [&str; 4] = ["vision_tower", "audio_tower", "embed_vision", "embed_audio"];
 
 /// Where the text model of a checkpoint lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TextLayout {
-    /// The prefix of every text-model tensor: `model.` or `model.language_model.`.
+    /// The prefix of every text-model tensor: `model.`, `model.language_model.` or
+    /// `language_model.model.`.
     pub prefix: String,
-    /// The multimodal wrapper's prefix (`model.`), when the text model sits inside one.
+    /// The multimodal wrapper's prefix (`model.`, or `` for mlx-vlm's layout), when the text
+    /// model sits inside one.
     pub wrapper: Option<String>,
 }
 
@@ -58,7 +65,10 @@ impl TextLayout {
             }
         };
         let prefix = name[..name.len() - EMBED.len()].to_string();
-        let wrapper = prefix.strip_suffix(LANGUAGE_MODEL).map(str::to_string);
+        let wrapper = prefix
+            .strip_suffix(LANGUAGE_MODEL)
+            .or_else(|| prefix.strip_suffix(MLX_VLM_LANGUAGE_MODEL))
+            .map(str::to_string);
         Ok(Self { prefix, wrapper })
     }
 

@@ -23,6 +23,7 @@
 mod arrays;
 mod config_file;
 mod error;
+mod expert_matrices;
 pub mod gguf;
 mod gguf_arrays;
 pub mod gguf_names;
@@ -39,6 +40,7 @@ use mtp_core::{Backend, DType};
 pub use arrays::{ArrayLoader, Matrix, TensorProgress};
 pub use config_file::{read_assistant_config, read_config_json, read_target_config};
 pub use error::{LoadError, LoadResult};
+pub use expert_matrices::ExpertMatrices;
 pub use gguf_arrays::GgufArrays;
 pub use layout::{TextLayout, TOWER_MODULES};
 pub use plan::{auto_dtype, available_memory, estimate_memory, MemoryEstimate};

@@ -55,8 +55,8 @@ impl MemoryEstimate {
 
 /// The bytes of the tensors of `dir` as `options` loads them, without the multimodal towers:
 /// float tensors in the compute dtype; under `--quantize`, every matrix whose rows split into
-/// whole blocks in its blocks (projections and embedding tables are what it quantizes; 3-D MoE
-/// expert stacks stay dense). MLX affine tensors are counted as dense (candle and the reference
+/// whole blocks in its blocks (projections, embedding tables and 3-D MoE expert stacks are
+/// what it quantizes). MLX affine tensors are counted as dense (candle and the reference
 /// backend decode them; MLX keeps them packed, so this over-estimates there).
 fn weight_bytes(dir: &Path, options: &LoadOptions) -> LoadResult<u64> {
     let store = TensorStore::open(dir)?;
@@ -78,7 +78,9 @@ fn weight_bytes(dir: &Path, options: &LoadOptions) -> LoadResult<u64> {
         };
         let count = shape.iter().map(|&d| d as u64).product::<u64>();
         let bytes = match (options.quantize, shape.as_slice()) {
-            (Some(scheme), &[_, cols]) if cols % scheme.ggml_type().block_size() == 0 => {
+            (Some(scheme), &[_, cols] | &[_, _, cols])
+                if cols % scheme.ggml_type().block_size() == 0 =>
+            {
                 let ty = scheme.ggml_type();
                 count / ty.block_size() as u64 * ty.block_bytes() as u64
             }

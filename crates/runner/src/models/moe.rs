@@ -19,7 +19,7 @@
 use mtp_core::{Backend, DType, ReduceOp};
 
 use super::config::MoeSpec;
-use super::nn::Linear;
+use super::nn::{Experts, Linear};
 use crate::loading::{ArrayLoader, LoadResult};
 
 /// One layer's router and experts.
@@ -35,10 +35,10 @@ pub(crate) struct MoeBlock<B: Backend> {
     router_root: B::Array,
     /// `per_expert_scale` as a `[E, 1]` table (looked up by expert id).
     per_expert_scale: B::Array,
-    /// `[E, 2 I, H]`: gate rows then up rows of each expert.
-    gate_up: B::Array,
+    /// The gate and up projections of every expert.
+    gate_up: GateUp<B>,
     /// `[E, H, I]`.
-    down: B::Array,
+    down: Experts<B>,
     pre_norm_2: B::Array,
     post_norm_1: B::Array,
     post_norm_2: B::Array,
@@ -60,8 +60,11 @@ impl<B: Backend> MoeBlock<B> {
             router_scale: loader.array(&format!("{prefix}.router.scale"), &[h])?,
             router_root: loader.scalar("router_root", (h as f64).powf(-0.5) as f32)?,
             per_expert_scale: loader.from_host("per_expert_scale", &per_expert, &[e, 1])?,
-            gate_up: loader.array(&format!("{prefix}.experts.gate_up_proj"), &[e, 2 * i, h])?,
-            down: loader.array(&format!("{prefix}.experts.down_proj"), &[e, h, i])?,
+            gate_up: GateUp::load(loader, prefix, [e, i, h])?,
+            down: {
+                let name = expert_name(loader, prefix, "down_proj");
+                Experts::load(loader, &name, [e, h, i])?
+            },
             pre_norm_2: loader.array(
                 &format!("{prefix}.pre_feedforward_layernorm_2.weight"),
                 &[h],
@@ -112,15 +115,78 @@ impl<B: Backend> MoeBlock<B> {
         // Row r * k + j is token r, for its j-th expert.
         let copies: Vec<&B::Array> = std::iter::repeat_n(&x2, k).collect();
         let rows = b.reshape(&b.concat(&copies, 1)?, &[t * k, h])?;
-        let gate_up = b.gather_linear(&rows, &self.gate_up, &ids)?;
-        let gate = b.gelu_tanh(&b.slice(&gate_up, 1, 0, inter)?)?;
-        let inner = b.mul(&gate, &b.slice(&gate_up, 1, inter, inter)?)?;
-        let out = b.mul(&b.gather_linear(&inner, &self.down, &ids)?, &weights)?;
+        let (gate, up) = self.gate_up.forward(b, &rows, &ids, inter)?;
+        let inner = b.mul(&b.gelu_tanh(&gate)?, &up)?;
+        let out = b.mul(&self.down.forward(b, &inner, &ids)?, &weights)?;
         let experts = b.reduce(&b.reshape(&out, &[t, k, h])?, 1, ReduceOp::Sum)?;
         let experts = b.reshape(&experts, &[1, t, h])?;
         b.add(
             &b.rms_norm(dense, Some(&self.post_norm_1), self.eps)?,
             &b.rms_norm(&experts, Some(&self.post_norm_2), self.eps)?,
         )
+    }
+}
+
+/// The experts' gate and up projections, as the checkpoint holds them.
+#[derive(Debug)]
+enum GateUp<B: Backend> {
+    /// HF `experts.gate_up_proj` `[E, 2 I, H]`: gate rows then up rows of each expert.
+    Fused(Experts<B>),
+    /// mlx-vlm's SwitchGLU `experts.switch_glu.gate_proj` and `up_proj`, each `[E, I, H]`
+    /// (what mlx-vlm's `sanitize` splits `gate_up_proj` into, and quantizes).
+    Split { gate: Experts<B>, up: Experts<B> },
+}
+
+impl<B: Backend> GateUp<B> {
+    /// Load the gate and up projections of layer `prefix`, for `[E, I, H]` experts.
+    fn load(
+        loader: &mut ArrayLoader<'_, B>,
+        prefix: &str,
+        [e, i, h]: [usize; 3],
+    ) -> LoadResult<Self> {
+        let fused = format!("{prefix}.experts.gate_up_proj");
+        if loader.store().contains(&fused) {
+            return Ok(Self::Fused(Experts::load(loader, &fused, [e, 2 * i, h])?));
+        }
+        Ok(Self::Split {
+            gate: Experts::load(loader, &switch_glu(prefix, "gate_proj"), [e, i, h])?,
+            up: Experts::load(loader, &switch_glu(prefix, "up_proj"), [e, i, h])?,
+        })
+    }
+
+    /// The gate and up activations (`[n, I]` each) of the rows of `x` routed by `ids`.
+    fn forward(
+        &self,
+        b: &B,
+        x: &B::Array,
+        ids: &B::Array,
+        inter: usize,
+    ) -> Result<(B::Array, B::Array), B::Error> {
+        match self {
+            Self::Fused(experts) => {
+                let both = experts.forward(b, x, ids)?;
+                Ok((
+                    b.slice(&both, 1, 0, inter)?,
+                    b.slice(&both, 1, inter, inter)?,
+                ))
+            }
+            Self::Split { gate, up } => Ok((gate.forward(b, x, ids)?, up.forward(b, x, ids)?)),
+        }
+    }
+}
+
+/// mlx-vlm's name of expert projection `proj` of layer `prefix`.
+fn switch_glu(prefix: &str, proj: &str) -> String {
+    format!("{prefix}.experts.switch_glu.{proj}.weight")
+}
+
+/// The stored name of expert projection `proj` of layer `prefix`: HF's `experts.{proj}` when
+/// the checkpoint has it, else mlx-vlm's SwitchGLU name.
+fn expert_name<B: Backend>(loader: &mut ArrayLoader<'_, B>, prefix: &str, proj: &str) -> String {
+    let hf = format!("{prefix}.experts.{proj}");
+    if loader.store().contains(&hf) {
+        hf
+    } else {
+        switch_glu(prefix, proj)
     }
 }

@@ -154,5 +154,19 @@ pub fn ids_array<B: Backend>(b: &B, ids: &[u32]) -> B::Array {
     b.from_u32(ids, &[1, ids.len()]).expect("ids")
 }
 
+/// The target's logits over every position of `prompt`, prefilled into fresh caches.
+pub fn prefill_logits<B: Backend, T: mtp_core::model::TargetModel<B>>(
+    b: &B,
+    target: &T,
+    prompt: &[u32],
+) -> Vec<f32> {
+    let mut caches = target.new_caches(b).unwrap();
+    let out = target
+        .forward(b, &ids_array(b, prompt), 0, &mut caches)
+        .unwrap();
+    b.to_vec_f32(&target.unembed(b, &out.hidden).unwrap())
+        .unwrap()
+}
+
 /// Relative tolerance of every fixture comparison.
 pub const TOLERANCE: f32 = 1e-4;
