@@ -79,18 +79,45 @@ fn sampled_mtp_with_device_top_k_and_penalties_emits_the_target_distribution() {
     emits_the_target_distribution(sampling, 10_000);
 }
 
+/// Top-p and min-p with top-k off over a vocabulary larger than
+/// [`SamplerOptions::NUCLEUS_CANDIDATES`]: the engine reads each row's largest logits and the
+/// device's sum of its softmax weight (`nucleus_candidates`), falling back to the whole row
+/// when those do not settle it; the emitted tokens must still follow the target.
+#[test]
+fn sampled_mtp_with_device_top_p_emits_the_target_distribution() {
+    let vocab = 300;
+    let sampling = SamplerOptions {
+        top_p: 0.6,
+        min_p: 0.02,
+        ..plain_sampling()
+    };
+    assert_eq!(
+        sampling.nucleus_candidates(vocab),
+        Some(SamplerOptions::NUCLEUS_CANDIDATES)
+    );
+    emits_the_target_distribution_over(sampling, 10_000, vocab, 2.5);
+}
+
 fn emits_the_target_distribution(sampling: SamplerOptions, draws: u64) {
+    emits_the_target_distribution_over(sampling, draws, 6, 0.7);
+}
+
+fn emits_the_target_distribution_over(
+    sampling: SamplerOptions,
+    draws: u64,
+    vocab: usize,
+    gain: f32,
+) {
     let b = B::default();
     let config = TinyConfig {
-        vocab: 6,
-        gain: 0.7,
+        vocab,
+        gain,
         softcap: None,
         ..TinyConfig::default()
     };
     let t = target(config);
     let d = TinyDrafter::new(&b, &t, TinyDrafterConfig::default()).unwrap();
     let engine = Engine::new(&b, &t).with_drafter(&d).with_env(no_env());
-    let vocab = 6;
 
     // Expected joint distribution of the first two tokens: p(t1) p(t2 | t1).
     let probe = sampled_request_with(sampling.clone(), 0, 2);
@@ -117,6 +144,7 @@ fn emits_the_target_distribution(sampling: SamplerOptions, draws: u64) {
         );
     }
     let (chi2, dof, p_value) = common::chi2::chi_square(&counts, &expected, draws as usize);
+    eprintln!("χ² = {chi2:.1} on {dof} dof, p = {p_value:.4}, {accepted} accepted");
     assert!(
         p_value > 0.01,
         "χ² = {chi2:.1} on {dof} dof, p = {p_value:.4}"

@@ -258,7 +258,7 @@ impl<'s, B: Backend> Session<'s, B> {
         }
         match row {
             LogitRow::Dense(logits) => self.sampler.greedy_logprobs(logits, prefix, id, top),
-            LogitRow::Top { .. } => Err(CoreError::Model(
+            LogitRow::Top { .. } | LogitRow::Head { .. } => Err(CoreError::Model(
                 "greedy log-probabilities need the whole logits row".into(),
             )),
         }

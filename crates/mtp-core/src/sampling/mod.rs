@@ -1,5 +1,6 @@
 //! Host-side sampling over logit rows: dense `&[f32]` rows, or the top candidates of a row read
-//! after a device-side top-k when the settings make that exact ([`LogitRow`]).
+//! after a device-side top-k when the settings make that exact ([`LogitRow`]) — top-k on, or
+//! top-p / min-p with top-k off and a device sum of the row's softmax weight that settles them.
 //!
 //! The pipeline follows ollama's MLX sampler after its rework (`sample.go` @ `4860130f8`):
 //!
@@ -21,8 +22,10 @@
 mod distribution;
 mod host_rows;
 pub mod logprobs;
+mod nucleus;
 mod options;
 mod pipeline;
+mod row_mass;
 mod sampler;
 mod select;
 

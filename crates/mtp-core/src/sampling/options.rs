@@ -145,6 +145,26 @@ impl SamplerOptions {
         };
         (k < vocab).then_some(k)
     }
+
+    /// How many of a row's largest logits a device-side top-k reads, beside a device sum of the
+    /// row's softmax weight, to settle top-p / min-p without reading the whole row
+    /// ([`NUCLEUS_CANDIDATES`](Self::NUCLEUS_CANDIDATES)); `None` when that does not apply:
+    /// greedy, top-k on (see [`top_candidates`](Self::top_candidates)), penalties, neither
+    /// top-p nor min-p on (every token survives), or a vocabulary no larger than the count.
+    /// A row the candidates do not settle is read whole.
+    pub fn nucleus_candidates(&self, vocab: usize) -> Option<usize> {
+        let top_k_off = self.top_k == 0 || self.top_k >= vocab;
+        let top_p_on = self.top_p > 0.0 && self.top_p < 1.0;
+        let applies = !self.is_greedy()
+            && top_k_off
+            && !self.has_penalties()
+            && (top_p_on || self.min_p > 0.0);
+        (applies && Self::NUCLEUS_CANDIDATES < vocab).then_some(Self::NUCLEUS_CANDIDATES)
+    }
+
+    /// The candidates read per row for top-p / min-p with top-k off
+    /// ([`nucleus_candidates`](Self::nucleus_candidates)).
+    pub const NUCLEUS_CANDIDATES: usize = 256;
 }
 
 #[cfg(test)]

@@ -10,12 +10,17 @@
 //! window|`, because a penalised top-k token that is not among the `k'` raw best would have at
 //! least `top_k` unpenalised tokens above it ([`SamplerOptions::top_candidates`] gives `k'`).
 //! The result is then bit-for-bit the dense row's: the same kept set, summed in the same
-//! (ascending id) order. Nothing here allocates the vocabulary except a dense row without
-//! top-k, whose top-p must rank every token.
-
-use std::cmp::Ordering;
+//! (ascending id) order.
+//!
+//! With top-k off, no penalties and top-p or min-p on, a row can also be read as its largest
+//! logits plus bounds on its total softmax weight from a device sum ([`LogitRow::Head`]): the
+//! survivors are then decided only when the bounds settle every top-p decision and every unread
+//! token is certainly dropped ([`nucleus`](super::nucleus)), and they are exactly the dense
+//! row's, with the same weights. Nothing here allocates the vocabulary except a dense row
+//! without top-k.
 
 use super::logprobs::{self, TokenLogprobs};
+use super::nucleus::{self, Total};
 use super::{best_k, Distribution, SamplerOptions};
 use crate::CoreError;
 
@@ -36,6 +41,22 @@ pub enum LogitRow<'a> {
         /// Their logits.
         values: &'a [f32],
     },
+    /// The largest logits of a row of `vocab` tokens (from a device-side top-k) with bounds on
+    /// the row's total weight `Σ_j exp((l_j − max) / T)` (from a device sum): for top-p and
+    /// min-p with top-k off and no penalties, exact when the bounds settle the survivors (see
+    /// the module docs), else an error.
+    Head {
+        /// The row's vocabulary size.
+        vocab: usize,
+        /// Candidate token ids (distinct, any order; every unread logit is at most theirs).
+        ids: &'a [u32],
+        /// Their logits.
+        values: &'a [f32],
+        /// A lower bound of the row's total weight.
+        total_low: f64,
+        /// An upper bound of the row's total weight.
+        total_high: f64,
+    },
 }
 
 impl LogitRow<'_> {
@@ -43,7 +64,7 @@ impl LogitRow<'_> {
     pub fn vocab(&self) -> usize {
         match self {
             LogitRow::Dense(row) => row.len(),
-            LogitRow::Top { vocab, .. } => *vocab,
+            LogitRow::Top { vocab, .. } | LogitRow::Head { vocab, .. } => *vocab,
         }
     }
 }
@@ -97,7 +118,7 @@ impl<'a> Penalised<'a> {
             for (id, count) in counted(context) {
                 let raw = match row {
                     LogitRow::Dense(r) => r.get(id as usize).copied(),
-                    LogitRow::Top { ids, values, .. } => {
+                    LogitRow::Top { ids, values, .. } | LogitRow::Head { ids, values, .. } => {
                         ids.iter().position(|&i| i == id).map(|at| values[at])
                     }
                 };
@@ -126,7 +147,9 @@ impl<'a> Penalised<'a> {
     fn candidates(&self) -> impl Iterator<Item = Candidate> + '_ {
         let (dense, top): (&[f32], (&[u32], &[f32])) = match self.row {
             LogitRow::Dense(r) => (r, (&[], &[])),
-            LogitRow::Top { ids, values, .. } => (&[], (ids, values)),
+            LogitRow::Top { ids, values, .. } | LogitRow::Head { ids, values, .. } => {
+                (&[], (ids, values))
+            }
         };
         let dense = dense.iter().enumerate().map(|(i, &raw)| (i as u32, raw));
         let top = top.0.iter().copied().zip(top.1.iter().copied());
@@ -156,13 +179,47 @@ pub(crate) fn distribution(
         return Distribution::point(vocab, best);
     }
     let kept = top_k(penalised.candidates(), options.top_k, vocab);
-    let probs = softmax(&kept, f64::from(options.temperature));
-    let order = top_p(&kept, &probs, options.top_p);
-    let order = min_p(order, &probs, options.min_p);
-    let mut survivors: Vec<(u32, f64)> = order.iter().map(|&i| (kept[i].id, probs[i])).collect();
+    let values: Vec<f64> = kept.iter().map(|c| c.value).collect();
+    let weights = nucleus::weights(&values, f64::from(options.temperature));
+    let total = match row {
+        LogitRow::Head {
+            total_low,
+            total_high,
+            ..
+        } if kept.len() < vocab && !(options.top_k > 0 && options.top_k <= kept.len()) => {
+            if options.has_penalties() {
+                return Err(CoreError::InvalidArgument {
+                    op: OP,
+                    message: "a head row with bounded total cannot take penalties".into(),
+                });
+            }
+            Total::Bounded {
+                low: total_low,
+                high: total_high,
+            }
+        }
+        // Ascending ids, as the kept set is ordered.
+        _ => Total::Exact(weights.iter().sum()),
+    };
+    let ids: Vec<u32> = kept.iter().map(|c| c.id).collect();
+    let order = nucleus::survivors(&ids, &weights, total, options.top_p, options.min_p)
+        .ok_or_else(|| CoreError::InvalidArgument {
+            op: OP,
+            message: format!(
+                "the {} candidates read do not settle top-p / min-p over {vocab} tokens",
+                kept.len()
+            ),
+        })?;
+    let mut survivors: Vec<(u32, f64)> = order.iter().map(|&i| (ids[i], weights[i])).collect();
     survivors.sort_unstable_by_key(|&(id, _)| id);
     let (ids, weights) = survivors.into_iter().unzip();
     Distribution::from_sparse(vocab, ids, weights)
+}
+
+/// Whether `row` (a [`LogitRow::Head`] with top-k off and no penalties) settles its survivors:
+/// [`distribution`] gives the dense row's distribution, not an error.
+pub(crate) fn settles(row: LogitRow<'_>, options: &SamplerOptions) -> bool {
+    distribution(row, &[], options).is_ok()
 }
 
 /// The log-probabilities reported at temperature 0 for `id` chosen from the dense logits `row`
@@ -212,7 +269,10 @@ pub(crate) fn check_id(id: u32, vocab: usize) -> Result<(), CoreError> {
 fn check_logits(row: &LogitRow<'_>) -> Result<(), CoreError> {
     let (ids, values): (Option<&[u32]>, &[f32]) = match row {
         LogitRow::Dense(r) => (None, r),
-        LogitRow::Top { ids, values, vocab } => {
+        LogitRow::Top { ids, values, vocab }
+        | LogitRow::Head {
+            ids, values, vocab, ..
+        } => {
             if ids.len() != values.len() || ids.iter().any(|&i| i as usize >= *vocab) {
                 return Err(CoreError::InvalidArgument {
                     op: OP,
@@ -266,64 +326,6 @@ fn top_k(candidates: impl Iterator<Item = Candidate>, k: usize, vocab: usize) ->
     };
     kept.sort_unstable_by_key(|c| c.id);
     kept
-}
-
-/// Softmax of `value / temperature` over `kept` (ascending ids), in `f64`.
-fn softmax(kept: &[Candidate], temperature: f64) -> Vec<f64> {
-    let max = kept
-        .iter()
-        .map(|c| c.value)
-        .fold(f64::NEG_INFINITY, f64::max);
-    let mut probs: Vec<f64> = kept
-        .iter()
-        .map(|c| ((c.value - max) / temperature).exp())
-        .collect();
-    let total: f64 = probs.iter().fold(0.0, |acc, &e| acc + e);
-    for p in &mut probs {
-        *p /= total;
-    }
-    probs
-}
-
-/// Nucleus filter: in order of decreasing probability (lower id first on ties), keep a token
-/// while the cumulative probability of the tokens *before* it is below `top_p`, so at least
-/// one token survives. Off when `top_p` ≤ 0 or ≥ 1. Returns indices into `kept`, in that
-/// order (ascending when off).
-fn top_p(kept: &[Candidate], probs: &[f64], top_p: f32) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..kept.len()).collect();
-    if top_p <= 0.0 || top_p >= 1.0 {
-        return order;
-    }
-    let top_p = f64::from(top_p);
-    order.sort_unstable_by(|&a, &b| {
-        probs[b]
-            .partial_cmp(&probs[a])
-            .unwrap_or(Ordering::Equal)
-            .then(kept[a].id.cmp(&kept[b].id))
-    });
-    let mut cumulative = 0.0;
-    let mut n = 0;
-    for &i in &order {
-        if cumulative >= top_p {
-            break;
-        }
-        cumulative += probs[i];
-        n += 1;
-    }
-    order.truncate(n.max(1));
-    order
-}
-
-/// Min-p filter: drop tokens whose probability is below `min_p` × the largest kept
-/// probability. Off when `min_p` is 0.
-fn min_p(mut order: Vec<usize>, probs: &[f64], min_p: f32) -> Vec<usize> {
-    if min_p <= 0.0 {
-        return order;
-    }
-    let max = order.iter().map(|&i| probs[i]).fold(0.0, f64::max);
-    let threshold = f64::from(min_p) * max;
-    order.retain(|&i| probs[i] >= threshold);
-    order
 }
 
 #[cfg(test)]
@@ -420,40 +422,6 @@ mod tests {
     }
 
     #[test]
-    fn softmax_with_temperature() {
-        let w = cands(&[0.0, 2f64.ln(), 9.0]);
-        let p = softmax(&w[..2], 1.0);
-        close(&p, &[1.0 / 3.0, 2.0 / 3.0]);
-        let p = softmax(&w[..2], 0.5);
-        close(&p, &[1.0 / 5.0, 4.0 / 5.0]);
-    }
-
-    #[test]
-    fn top_p_exclusive_cumulative() {
-        let probs = vec![0.1, 0.5, 0.3, 0.1];
-        // Before 1: 0 < 0.5 keep; before 2: 0.5 < 0.5? no.
-        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 0.5), vec![1]);
-        // 0.6: before 2 is 0.5 < 0.6 keep; before 0 is 0.8 stop.
-        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 0.6), vec![1, 2]);
-        // Ties by lower id: 0 comes before 3 once 0.8 < 0.85.
-        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 0.85), vec![1, 2, 0]);
-        // Tiny top_p still keeps one.
-        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 1e-6), vec![1]);
-        // Off.
-        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 1.0), vec![0, 1, 2, 3]);
-        assert_eq!(top_p(&cands(&[0.0; 4]), &probs, 0.0), vec![0, 1, 2, 3]);
-    }
-
-    #[test]
-    fn min_p_relative_to_max() {
-        let probs = vec![0.1, 0.5, 0.3, 0.1];
-        assert_eq!(min_p(vec![0, 1, 2, 3], &probs, 0.3), vec![1, 2]);
-        assert_eq!(min_p(vec![0, 1, 2, 3], &probs, 0.19), vec![0, 1, 2, 3]);
-        assert_eq!(min_p(vec![0, 1, 2, 3], &probs, 1.0), vec![1]);
-        assert_eq!(min_p(vec![0, 1, 2, 3], &probs, 0.0), vec![0, 1, 2, 3]);
-    }
-
-    #[test]
     fn greedy_is_point_mass_at_penalised_argmax() {
         let opts = SamplerOptions {
             repeat_penalty: 4.0,
@@ -512,6 +480,22 @@ mod tests {
         assert_eq!(d.dense(), vec![0.0, 1.0]);
     }
 
+    /// The `k` largest logits (lower id first on ties) with their values, in a scrambled
+    /// (reversed) order, as a device top-k may return them.
+    fn largest(logits: &[f32], k: usize) -> (Vec<u32>, Vec<f32>) {
+        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            logits[b as usize]
+                .partial_cmp(&logits[a as usize])
+                .unwrap()
+                .then(a.cmp(&b))
+        });
+        let mut top: Vec<u32> = order[..k].to_vec();
+        top.reverse();
+        let values = top.iter().map(|&i| logits[i as usize]).collect();
+        (top, values)
+    }
+
     #[test]
     fn top_candidates_give_exactly_the_dense_distribution() {
         use rand::{Rng, SeedableRng};
@@ -561,17 +545,7 @@ mod tests {
                 .map(|_| rng.random_range(0..vocab as u32))
                 .collect();
             let k = options.top_candidates(vocab).expect("exact top-k applies");
-            // The k largest raw logits (lower id first on ties), in a scrambled order.
-            let mut order: Vec<u32> = (0..vocab as u32).collect();
-            order.sort_by(|&a, &b| {
-                logits[b as usize]
-                    .partial_cmp(&logits[a as usize])
-                    .unwrap()
-                    .then(a.cmp(&b))
-            });
-            let mut top: Vec<u32> = order[..k].to_vec();
-            top.reverse();
-            let values: Vec<f32> = top.iter().map(|&i| logits[i as usize]).collect();
+            let (top, values) = largest(&logits, k);
             let dense = distribution(LogitRow::Dense(&logits), &context, &options).unwrap();
             let row = LogitRow::Top {
                 vocab,
@@ -594,5 +568,64 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(off.top_candidates(vocab), None);
+    }
+
+    /// A head row (the largest logits plus bounds on the row's total weight) either settles
+    /// top-p / min-p — and then gives bit for bit the dense row's distribution — or says so;
+    /// with tight bounds it settles most rows.
+    #[test]
+    fn head_rows_give_exactly_the_dense_distribution_when_settled() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
+        let vocab = 2000;
+        let (mut settled, cases) = (0, 400);
+        for case in 0..cases {
+            // A peaked head over a long flat tail, coarse enough for ties.
+            let logits: Vec<f32> = (0..vocab)
+                .map(|_| match rng.random_range(0..400) {
+                    0 => f32::NEG_INFINITY,
+                    x if x < 8 => (rng.random_range(0.0f32..40.0)).floor() * 0.25 + 4.0,
+                    _ => rng.random_range(-6.0f32..0.0),
+                })
+                .collect();
+            let options = SamplerOptions {
+                temperature: rng.random_range(0.3..1.5),
+                top_p: if case % 4 == 0 {
+                    1.0
+                } else {
+                    rng.random_range(0.2..0.99)
+                },
+                min_p: if case % 3 == 0 {
+                    rng.random_range(0.05..0.5)
+                } else {
+                    0.0
+                },
+                ..Default::default()
+            };
+            if options.top_p >= 1.0 && options.min_p == 0.0 {
+                continue;
+            }
+            let (top, values) = largest(&logits, 64);
+            let all: Vec<f64> = logits.iter().map(|&l| f64::from(l)).collect();
+            let total: f64 = nucleus::weights(&all, f64::from(options.temperature))
+                .iter()
+                .sum();
+            let row = LogitRow::Head {
+                vocab,
+                ids: &top,
+                values: &values,
+                total_low: total * (1.0 - 1e-4),
+                total_high: total * (1.0 + 1e-4),
+            };
+            let dense = distribution(LogitRow::Dense(&logits), &[], &options).unwrap();
+            match distribution(row, &[], &options) {
+                Ok(head) => {
+                    assert_eq!(head, dense, "case {case}: {options:?}");
+                    settled += 1;
+                }
+                Err(e) => assert!(!settles(row, &options), "{e}"),
+            }
+        }
+        assert!(settled > cases / 2, "only {settled} of {cases} settled");
     }
 }
