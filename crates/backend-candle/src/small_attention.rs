@@ -105,7 +105,8 @@ fn run(x: &Inputs<'_>) -> Vec<f32> {
     body::<Portable>(x)
 }
 
-/// [`body`] compiled with AVX2 and FMA (the 8-lane loops become 256-bit vectors).
+/// [`body`] compiled with AVX2 and FMA (the value sums become 256-bit vectors; the dot product
+/// is written out in [`dot_avx2`]).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA.
@@ -150,31 +151,27 @@ fn body<D: Dot>(x: &Inputs<'_>) -> Vec<f32> {
                     *p = crate::fast_exp::exp(*p - max);
                     sum += *p;
                 }
-                weighted_sum(
-                    &mut out[row * s.dv..][..s.dv],
-                    values,
-                    &visible,
-                    &scores,
-                    sum,
-                );
+                for p in scores.iter_mut() {
+                    *p /= sum;
+                }
+                weighted_sum(&mut out[row * s.dv..][..s.dv], values, &visible, &scores);
             }
         }
     }
     out
 }
 
-/// `dst += Σ_j (p_j / sum) · values[j]` over the visible keys `j`, keys in order for every
+/// `dst += Σ_j weights_j · values[j]` over the visible keys `j`, keys in order for every
 /// element. Done in blocks of [`VALUE_BLOCK`] elements, all keys per block, so a block's sums
 /// stay in registers instead of being loaded and stored once per key; every element sees the
-/// same products and sums in the same order, so the same bits.
+/// same products and sums in the same order as a loop over the keys, so the same bits.
 #[inline(always)]
-fn weighted_sum(dst: &mut [f32], values: &[f32], visible: &[usize], scores: &[f32], sum: f32) {
+fn weighted_sum(dst: &mut [f32], values: &[f32], visible: &[usize], weights: &[f32]) {
     let dv = dst.len();
     let (blocks, rest) = dst.as_chunks_mut::<VALUE_BLOCK>();
     for (c, block) in blocks.iter_mut().enumerate() {
         let mut acc = *block;
-        for (&j, &p) in visible.iter().zip(scores) {
-            let weight = p / sum;
+        for (&j, &weight) in visible.iter().zip(weights) {
             let (row, _) = values[j * dv..][..dv].as_chunks::<VALUE_BLOCK>();
             let v = &row[c];
             acc = std::array::from_fn(|l| acc[l] + weight * v[l]);
@@ -182,8 +179,7 @@ fn weighted_sum(dst: &mut [f32], values: &[f32], visible: &[usize], scores: &[f3
         *block = acc;
     }
     let done = dv - rest.len();
-    for (&j, &p) in visible.iter().zip(scores) {
-        let weight = p / sum;
+    for (&j, &weight) in visible.iter().zip(weights) {
         for (o, &x) in rest.iter_mut().zip(&values[j * dv + done..][..dv - done]) {
             *o += weight * x;
         }
@@ -303,6 +299,27 @@ mod tests {
             let fast = unsafe { super::dot_avx2(&a, &b) };
             assert_eq!(fast.to_bits(), super::dot(&a, &b).to_bits(), "length {len}");
         }
+    }
+
+    #[test]
+    fn the_blocked_value_sum_gives_a_key_by_key_loops_bits() {
+        let mut rng = Rng(11);
+        // 259 = four whole blocks and a remainder.
+        let dv = 4 * super::VALUE_BLOCK + 3;
+        let keys = 9;
+        let values: Vec<f32> = (0..keys * dv).map(|_| rng.unit()).collect();
+        let visible = [0, 2, 3, 5, 8];
+        let weights: Vec<f32> = visible.iter().map(|_| rng.unit().abs()).collect();
+        let mut blocked = vec![0f32; dv];
+        super::weighted_sum(&mut blocked, &values, &visible, &weights);
+        let mut looped = vec![0f32; dv];
+        for (&j, &w) in visible.iter().zip(&weights) {
+            for (o, &x) in looped.iter_mut().zip(&values[j * dv..][..dv]) {
+                *o += w * x;
+            }
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&blocked), bits(&looped));
     }
 
     #[test]
