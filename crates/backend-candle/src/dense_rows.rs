@@ -12,7 +12,7 @@
 //! the bits it gets alone.
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use candle_core::{DType as CDType, Device, Tensor};
 
@@ -75,8 +75,8 @@ fn available() -> bool {
     }
 }
 
-/// The product on `pool`: task `t` computes weight rows `t · per_task ..` for all rows of `x`
-/// into a buffer of its own, assembled in task order.
+/// The product on `pool`: task `t` computes weight rows `t · per_task ..` for all rows of `x`,
+/// into those columns of the output.
 fn run(
     x: Arc<Vec<f32>>,
     n: usize,
@@ -89,42 +89,29 @@ fn run(
     let per_task = out
         .div_ceil(tasks_wanted)
         .max(MIN_TASK_BYTES.div_ceil(cols * 4))
-        .clamp(1, out);
-    let tasks = out.div_ceil(per_task);
-    let parts: Arc<Vec<Mutex<Vec<f32>>>> =
-        Arc::new((0..tasks).map(|_| Mutex::new(Vec::new())).collect());
-    let written = parts.clone();
-    pool.run(tasks, move |t| {
-        let start = t * per_task;
-        let len = per_task.min(out - start);
-        let mut part = vec![0f32; n * len];
-        // The weight was checked contiguous f32 above; a tensor's storage does not change.
-        contiguous_f32(&w, |wv| {
-            rows(&x, n, cols, wv, start..start + len, &mut part)
-        });
-        *written[t].lock().unwrap_or_else(|p| p.into_inner()) = part;
-    })
-    .map_err(|_| crate::qmatmul::QMatMulError::TaskPanicked)?;
-    let parts: Vec<Vec<f32>> = parts
-        .iter()
-        .map(|p| std::mem::take(&mut *p.lock().unwrap_or_else(|p| p.into_inner())))
-        .collect();
-    Ok(crate::qmatmul::pool::gather_rows(&parts, n, out))
+        .clamp(1, out.max(1));
+    let y = pool
+        .run_columns(n, out, per_task, move |start, part| {
+            let len = part.first().map_or(0, |p| p.len());
+            // The weight was checked contiguous f32 above; a tensor's storage does not change.
+            contiguous_f32(&w, |wv| rows(&x, cols, wv, start..start + len, part));
+        })
+        .map_err(|_| crate::qmatmul::QMatMulError::TaskPanicked)?;
+    Ok(y)
 }
 
-/// `part[j · len + (i − rows.start)] = x_j · w_i` for weight rows `rows`.
-fn rows(x: &[f32], n: usize, cols: usize, w: &[f32], rows: Range<usize>, part: &mut [f32]) {
+/// `part[j][i − rows.start] = x_j · w_i` for weight rows `rows` and every activation row `j`.
+fn rows(x: &[f32], cols: usize, w: &[f32], rows: Range<usize>, part: &mut [&mut [f32]]) {
     #[cfg(target_arch = "x86_64")]
     if available() {
         // SAFETY: AVX2 and FMA were detected just now; every slice access is bounds-checked.
         #[allow(unsafe_code)]
-        return unsafe { rows_avx2(x, n, cols, w, rows, part) };
+        return unsafe { rows_avx2(x, cols, w, rows, part) };
     }
-    let len = rows.len();
     for (i, r) in rows.enumerate() {
         let w_row = &w[r * cols..][..cols];
-        for j in 0..n {
-            part[j * len + i] = x[j * cols..][..cols]
+        for (j, out) in part.iter_mut().enumerate() {
+            out[i] = x[j * cols..][..cols]
                 .iter()
                 .zip(w_row)
                 .map(|(a, b)| a * b)
@@ -142,13 +129,12 @@ fn rows(x: &[f32], n: usize, cols: usize, w: &[f32], rows: Range<usize>, part: &
 #[target_feature(enable = "avx2,fma")]
 unsafe fn rows_avx2(
     x: &[f32],
-    n: usize,
     cols: usize,
     w: &[f32],
     rows: Range<usize>,
-    part: &mut [f32],
+    part: &mut [&mut [f32]],
 ) {
-    let len = rows.len();
+    let n = part.len();
     for (i, r) in rows.enumerate() {
         let w_row = &w[r * cols..][..cols];
         let mut j0 = 0;
@@ -163,7 +149,7 @@ unsafe fn rows_avx2(
                 _ => chunk::<4>(w_row, &xr).to_vec(),
             };
             for (jj, d) in dots.into_iter().enumerate() {
-                part[(j0 + jj) * len + i] = d;
+                part[j0 + jj][i] = d;
             }
             j0 += m;
         }

@@ -2,7 +2,7 @@
 //! tasks on the [`SpinPool`].
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use mtp_core::quant::{GgmlType, QuantTensor};
 
@@ -77,28 +77,23 @@ pub(super) fn matmul(
         per_task,
         n,
     };
-    let parts = match ty {
-        _ if interleaved => plan.run(pool, interleaved_kernel(simd), quantize_q8_0(x, n, cols)?)?,
+    match ty {
+        _ if interleaved => plan.run(pool, interleaved_kernel(simd), quantize_q8_0(x, n, cols)?),
         GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 => {
-            plan.run(pool, block32_kernel(ty, simd), quantize_q8_0(x, n, cols)?)?
+            plan.run(pool, block32_kernel(ty, simd), quantize_q8_0(x, n, cols)?)
         }
         GgmlType::Q4K | GgmlType::Q6K => {
-            plan.run(pool, superblock_kernel(ty, simd), quantize_q8_k(x, cols))?
+            plan.run(pool, superblock_kernel(ty, simd), quantize_q8_k(x, cols))
         }
-        other => {
-            return Err(QMatMulError::UnsupportedFormat {
-                format: format!("GGUF {other}"),
-            })
-        }
-    };
-    // Task `t` computed weight rows `t · per_task ..` for every activation row: output row `j`
-    // is the `j`-th row of every task's buffer, in task order.
-    Ok(super::pool::gather_rows(&parts, n, rows))
+        other => Err(QMatMulError::UnsupportedFormat {
+            format: format!("GGUF {other}"),
+        }),
+    }
 }
 
 /// How one product is split: task `t` computes weight rows `t · per_task ..` (at most
-/// `per_task`, a multiple of the interleaved [`GROUP`]) for all `n` activation rows, into a
-/// buffer of its own (`[n, len]`).
+/// `per_task`, a multiple of the interleaved [`GROUP`]) for all `n` activation rows, into those
+/// columns of the `[n, rows]` output.
 struct Plan {
     weight: Weight,
     stride: usize,
@@ -108,36 +103,25 @@ struct Plan {
 }
 
 impl Plan {
-    /// Every task's buffer, in task order.
+    /// The `[n, rows]` output.
     fn run<A: Send + Sync + 'static>(
         self,
         pool: &SpinPool,
         kernel: Kernel<A>,
         acts: Quantized<A>,
-    ) -> Result<Vec<Vec<f32>>, QMatMulError> {
-        let tasks = self.rows.div_ceil(self.per_task);
-        let parts: Arc<Vec<Mutex<Vec<f32>>>> =
-            Arc::new((0..tasks).map(|_| Mutex::new(Vec::new())).collect());
-        let written = parts.clone();
-        pool.run(tasks, move |t| {
-            let start = t * self.per_task;
-            let len = self.per_task.min(self.rows - start);
-            let mut part = vec![0f32; self.n * len];
-            let mut out: Vec<&mut [f32]> = part.chunks_mut(len).collect();
+    ) -> Result<Vec<f32>, QMatMulError> {
+        let (n, rows, per_task) = (self.n, self.rows, self.per_task);
+        pool.run_columns(n, rows, per_task, move |start, out| {
+            let len = out.first().map_or(0, |o| o.len());
             kernel(
                 self.weight.bytes(),
                 self.stride,
                 start..start + len,
                 &acts,
-                &mut out,
+                out,
             );
-            *written[t].lock().unwrap_or_else(|p| p.into_inner()) = part;
         })
-        .map_err(|_| QMatMulError::TaskPanicked)?;
-        Ok(parts
-            .iter()
-            .map(|p| std::mem::take(&mut *p.lock().unwrap_or_else(|p| p.into_inner())))
-            .collect())
+        .map_err(|_| QMatMulError::TaskPanicked)
     }
 }
 

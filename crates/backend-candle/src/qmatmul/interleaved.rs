@@ -1,7 +1,8 @@
 //! A load-time layout for the 32-weight block types (Q8_0, Q5_0): the weights of [`GROUP`]
 //! consecutive rows, block by block, interleaved in 4-byte runs and widened to 8 bits, so one
-//! 256-bit load holds the same four weights of each of the group's rows and one byte dot product
-//! (`vpdpbusd`) advances all of their sums against a broadcast run of activations. The per-row
+//! 512-bit load holds the same four weights of each of the group's rows and one byte dot product
+//! (`vpdpbusd`) advances all of their sums against a broadcast run of activations (with AVX2,
+//! one 256-bit load and dot product per half of the group). The per-row
 //! layout needs one dot product, one conversion and one scaled add per row and block, and a
 //! horizontal sum per row; here those are shared by the group's rows and no horizontal sum is
 //! left (llama.cpp repacks its weights at load for the same reason).
@@ -12,11 +13,16 @@
 //! per-row Q5_0 kernel runs at about a third of the memory bandwidth); Q4_0 would double, so it
 //! keeps the per-row layout.
 //!
-//! Bytes, per group `g` (rows `8 g .. 8 g + 8`, the last group padded with zero rows) and per
-//! block `b` of the row, [`GROUP_BLOCK_BYTES`] in all:
-//! * the 8 rows' scales, `f16` little-endian (16 bytes);
+//! Bytes, per group `g` (rows `16 g .. 16 g + 16`, the last group padded with zero rows) and
+//! per block `b` of the row, [`GROUP_BLOCK_BYTES`] in all:
+//! * the 16 rows' scales, `f16` little-endian (32 bytes);
 //! * for each run `k` of 4 weights (`4 k .. 4 k + 4`, 8 runs), each row's 4 weights as `w + 128`
-//!   (unsigned: the operand `vpdpbusd` takes unsigned), row after row (32 bytes per run).
+//!   (unsigned: the operand `vpdpbusd` takes unsigned), row after row (64 bytes per run).
+//!
+//! 16 rows, not 8: with 8 a group run fills a 256-bit register, and AVX-512's 512-bit dot
+//! product then has no use; `qmatmul_bench`, the Q8_0 head (640 → 262 144) at 16 activation
+//! rows: 36–41 ms with groups of 8 and 256-bit VNNI, 27 ms with groups of 16 and 512-bit (a
+//! 2-core Sapphire Rapids VM; at 1–5 rows the head is bound by memory either way).
 
 use mtp_core::quant::{GgmlType, QuantError, QuantTensor};
 
@@ -24,8 +30,8 @@ use super::block32::Block32;
 use super::q5_0::Q5_0;
 use super::q8_0::Q8_0;
 
-/// Weight rows interleaved together.
-pub(super) const GROUP: usize = 8;
+/// Weight rows interleaved together (the kernels' register layout assumes 16).
+pub(super) const GROUP: usize = 16;
 
 /// Bytes of a group's scales for one block.
 pub(super) const SCALE_BYTES: usize = 2 * GROUP;

@@ -12,6 +12,10 @@ use super::acts::{BlockQ8_0, Quantized};
 use super::interleaved::{GROUP, GROUP_BLOCK_BYTES, SCALE_BYTES};
 use super::ROW_CHUNK;
 
+// The SIMD kernels hold a group run (4 weights of every row) in one 512-bit register, or two
+// 256-bit halves.
+const _: () = assert!(GROUP == 16 && HALF == 8);
+
 /// Kernel arguments: the interleaved bytes, bytes per group, the weight rows to compute (any
 /// range; the groups covering it are computed and the rows inside it stored), the activations,
 /// and per activation row the outputs of those weight rows.
@@ -54,8 +58,9 @@ fn store(out: &mut [f32], g: usize, rows: &Range<usize>, acc: &[f32; GROUP]) {
 }
 
 /// One group against a chunk of `M` activation rows with AVX-512 VNNI: per block, the 8 runs of
-/// the group's weights (unsigned `w + 128`) each dotted with a broadcast run of the activations
-/// (`vpdpbusd`, two chains), starting from `−128 Σ q` so the sums are `Σ w q`.
+/// the group's weights (unsigned `w + 128`, all [`GROUP`] rows in one 512-bit register) each
+/// dotted with a broadcast run of the activations (`vpdpbusd`, two chains), starting from
+/// `−128 Σ q` so the sums are `Σ w q`.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA, F16C, AVX-512F, AVX-512VL and AVX-512 VNNI; `group` is whole
@@ -69,33 +74,46 @@ unsafe fn chunk_vnni<const M: usize>(
 ) -> [[f32; GROUP]; M] {
     use std::arch::x86_64::*;
 
-    let mut acc = [_mm256_setzero_ps(); M];
+    let mut acc = [_mm512_setzero_ps(); M];
     for (b, block) in group.chunks_exact(GROUP_BLOCK_BYTES).enumerate() {
         super::simd_x86::prefetch_block_ahead::<{ super::simd_x86::PREFETCH_BYTES_INTERLEAVED }>(
             block,
         );
-        let (dw, w) = load_block(block);
+        assert!(block.len() >= GROUP_BLOCK_BYTES);
+        let p = block.as_ptr();
+        // SAFETY: the scales are the (checked) block's first 32 bytes, run `k < 8` its bytes
+        // `32 + 64 k ..`; unaligned loads.
+        let dw = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) };
+        let w: [__m512i; 8] = std::array::from_fn(|k| unsafe {
+            _mm512_loadu_si512(p.add(SCALE_BYTES + 64 * k).cast())
+        });
         for (a, x) in acc.iter_mut().zip(xs) {
             let x = &x[b];
-            let mut even = _mm256_set1_epi32(x.minus_128_sum);
-            let mut odd = _mm256_setzero_si256();
+            let mut even = _mm512_set1_epi32(x.minus_128_sum);
+            let mut odd = _mm512_setzero_si512();
             for k in (0..8).step_by(2) {
-                even = _mm256_dpbusd_epi32(even, w[k], run(x, k));
-                odd = _mm256_dpbusd_epi32(odd, w[k + 1], run(x, k + 1));
+                even = _mm512_dpbusd_epi32(even, w[k], _mm512_set1_epi32(run_word(x, k)));
+                odd = _mm512_dpbusd_epi32(odd, w[k + 1], _mm512_set1_epi32(run_word(x, k + 1)));
             }
-            let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(even, odd));
-            *a = _mm256_add_ps(
+            let sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd));
+            *a = _mm512_add_ps(
                 *a,
-                _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d)), sum),
+                _mm512_mul_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x.d)), sum),
             );
         }
     }
-    lanes(acc)
+    let mut out = [[0f32; GROUP]; M];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: `o` is 16 `f32`s; the store is unaligned.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+    }
+    out
 }
 
-/// [`chunk_vnni`] with AVX2: the weights made signed again, `|w|` times `x` carrying `w`'s sign
-/// (`maddubs`: `|w| ≤ 128`, `|x| ≤ 127`, no saturation), pairs widened to `i32`; the same exact
-/// sums, so the same bits.
+/// [`chunk_vnni`] with AVX2, one half of the group (8 rows, one 256-bit register) at a time: the
+/// weights made signed again, `|w|` times `x` carrying `w`'s sign (`maddubs`: `|w| ≤ 128`,
+/// `|x| ≤ 127`, no saturation), pairs widened to `i32`; the same exact sums, so the same bits.
+/// The second half reads the group again, from the cache the first half left it in.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C; `group` as for [`chunk_vnni`].
@@ -109,80 +127,83 @@ unsafe fn chunk_avx2<const M: usize>(
     use std::arch::x86_64::*;
 
     let (ones, unsigned_128) = (_mm256_set1_epi16(1), _mm256_set1_epi8(i8::MIN));
-    let mut acc = [_mm256_setzero_ps(); M];
-    for (b, block) in group.chunks_exact(GROUP_BLOCK_BYTES).enumerate() {
-        super::simd_x86::prefetch_block_ahead::<{ super::simd_x86::PREFETCH_BYTES_INTERLEAVED }>(
-            block,
-        );
-        let (dw, mut w) = load_block(block);
-        let mut w_abs = w;
-        for (w, w_abs) in w.iter_mut().zip(&mut w_abs) {
-            *w = _mm256_xor_si256(*w, unsigned_128);
-            *w_abs = _mm256_sign_epi8(*w, *w);
-        }
-        for (a, x) in acc.iter_mut().zip(xs) {
-            let x = &x[b];
-            let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-            for k in (0..8).step_by(2) {
-                let p0 = _mm256_maddubs_epi16(w_abs[k], _mm256_sign_epi8(run(x, k), w[k]));
-                let p1 =
-                    _mm256_maddubs_epi16(w_abs[k + 1], _mm256_sign_epi8(run(x, k + 1), w[k + 1]));
-                even = _mm256_add_epi32(even, _mm256_madd_epi16(p0, ones));
-                odd = _mm256_add_epi32(odd, _mm256_madd_epi16(p1, ones));
-            }
-            let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(even, odd));
-            *a = _mm256_add_ps(
-                *a,
-                _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d)), sum),
+    let mut out = [[0f32; GROUP]; M];
+    for half in 0..2 {
+        let mut acc = [_mm256_setzero_ps(); M];
+        for (b, block) in group.chunks_exact(GROUP_BLOCK_BYTES).enumerate() {
+            super::simd_x86::prefetch_block_ahead::<{ super::simd_x86::PREFETCH_BYTES_INTERLEAVED }>(
+                block,
             );
+            let (dw, mut w) = load_half_block(block, half);
+            let mut w_abs = w;
+            for (w, w_abs) in w.iter_mut().zip(&mut w_abs) {
+                *w = _mm256_xor_si256(*w, unsigned_128);
+                *w_abs = _mm256_sign_epi8(*w, *w);
+            }
+            for (a, x) in acc.iter_mut().zip(xs) {
+                let x = &x[b];
+                let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                for k in (0..8).step_by(2) {
+                    let x0 = _mm256_set1_epi32(run_word(x, k));
+                    let x1 = _mm256_set1_epi32(run_word(x, k + 1));
+                    let p0 = _mm256_maddubs_epi16(w_abs[k], _mm256_sign_epi8(x0, w[k]));
+                    let p1 = _mm256_maddubs_epi16(w_abs[k + 1], _mm256_sign_epi8(x1, w[k + 1]));
+                    even = _mm256_add_epi32(even, _mm256_madd_epi16(p0, ones));
+                    odd = _mm256_add_epi32(odd, _mm256_madd_epi16(p1, ones));
+                }
+                let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(even, odd));
+                *a = _mm256_add_ps(
+                    *a,
+                    _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d)), sum),
+                );
+            }
+        }
+        for (o, a) in out.iter_mut().zip(acc) {
+            // SAFETY: `o[8 half ..]` is 8 `f32`s; the store is unaligned.
+            unsafe { _mm256_storeu_ps(o[HALF * half..].as_mut_ptr(), a) };
         }
     }
-    lanes(acc)
+    out
 }
 
-/// A group block's 8 scales (as `f32`) and its 8 runs of weights (as stored, `w + 128`).
+/// Rows in one 256-bit register of a group run (half the group).
+const HALF: usize = GROUP / 2;
+
+/// Half `half` (rows `8 half .. 8 half + 8`) of a group block: its 8 scales (as `f32`) and its
+/// 8 runs of weights (as stored, `w + 128`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn load_block(block: &[u8]) -> (std::arch::x86_64::__m256, [std::arch::x86_64::__m256i; 8]) {
+fn load_half_block(
+    block: &[u8],
+    half: usize,
+) -> (std::arch::x86_64::__m256, [std::arch::x86_64::__m256i; 8]) {
     use std::arch::x86_64::*;
-    assert!(block.len() >= GROUP_BLOCK_BYTES);
+    assert!(block.len() >= GROUP_BLOCK_BYTES && half < 2);
     let p = block.as_ptr();
     let mut w = [_mm256_setzero_si256(); 8];
     for (k, w) in w.iter_mut().enumerate() {
-        // SAFETY: run `k < 8` is bytes `16 + 32 k ..` of the (checked) block; unaligned.
-        *w = unsafe { _mm256_loadu_si256(p.add(SCALE_BYTES + 32 * k).cast()) };
+        // SAFETY: run `k < 8` of half `half < 2` is bytes `32 + 64 k + 32 half ..` of the
+        // (checked) block; unaligned.
+        *w = unsafe { _mm256_loadu_si256(p.add(SCALE_BYTES + 64 * k + 32 * half).cast()) };
     }
-    // SAFETY: the scales are the block's first 16 bytes; unaligned.
-    (unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }, w)
+    // SAFETY: the half's scales are bytes `16 half .. 16 half + 16`; unaligned.
+    (
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.add(16 * half).cast())) },
+        w,
+    )
 }
 
-/// Run `k` (quants `4 k .. 4 k + 4`) of an activation block in every 32-bit lane.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-fn run(x: &BlockQ8_0, k: usize) -> std::arch::x86_64::__m256i {
+/// Run `k` (quants `4 k .. 4 k + 4`) of an activation block as one little-endian word.
+#[inline(always)]
+fn run_word(x: &BlockQ8_0, k: usize) -> i32 {
     let bytes = &x.qs[4 * k..4 * k + 4];
-    let word = i32::from_le_bytes([
+    i32::from_le_bytes([
         bytes[0] as u8,
         bytes[1] as u8,
         bytes[2] as u8,
         bytes[3] as u8,
-    ]);
-    std::arch::x86_64::_mm256_set1_epi32(word)
-}
-
-/// The 8 lanes of each accumulator.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-fn lanes<const M: usize>(acc: [std::arch::x86_64::__m256; M]) -> [[f32; GROUP]; M] {
-    let mut out = [[0f32; GROUP]; M];
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: `o` is 8 `f32`s; the store is unaligned.
-        unsafe { std::arch::x86_64::_mm256_storeu_ps(o.as_mut_ptr(), a) };
-    }
-    out
+    ])
 }
 
 /// A group kernel whose chunk body `$chunk::<M>(group, chunk rows) -> [[f32; GROUP]; M]` is

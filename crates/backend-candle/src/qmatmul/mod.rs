@@ -15,9 +15,9 @@
 //!
 //! * Types: [`QuantMatMul::supports`] — Q8_0, Q5_0, Q4_0, Q4_K, Q6_K. Other GGUF types keep
 //!   candle's `QMatMul` (the backend says so once per type).
-//! * Layout: [`Layout`] — Q8_0 and Q5_0 are rearranged at load on x86-64 into groups of 8
-//!   interleaved rows (one byte dot product advances 8 rows' sums: about a third of the per-row
-//!   kernel's instructions), the other types run on their GGUF rows as stored.
+//! * Layout: [`Layout`] — Q8_0 and Q5_0 are rearranged at load on x86-64 into groups of 16
+//!   interleaved rows (one 512-bit byte dot product advances 16 rows' sums, one 256-bit one 8:
+//!   about a third of the per-row kernel's instructions), the other types run on their GGUF rows as stored.
 //! * Instruction set: [`Simd::best`], detected at run time — AVX-512 VNNI, else AVX2 + FMA on
 //!   x86-64, NEON on aarch64, else the portable scalar kernels (which are also the tests'
 //!   oracle for the SIMD ones).
@@ -26,7 +26,8 @@
 //!   a few tasks per thread.
 
 // The modules allowed `unsafe` hold the SIMD kernels (or, in `dispatch`, the one call into them
-// after the CPU check); every unsafe block says why it is sound.
+// after the CPU check); `pool` allows it on the one function that hands its tasks disjoint
+// columns of one output. Every unsafe block says why it is sound.
 mod acts;
 #[allow(unsafe_code)]
 mod block32;
@@ -106,7 +107,7 @@ pub enum QMatMulError {
 pub enum Layout {
     /// The GGUF rows as stored, shared with the loaded tensor (every supported type).
     Rows,
-    /// Q8_0 and Q5_0 only: groups of 8 rows interleaved in 4-weight runs, every weight widened
+    /// Q8_0 and Q5_0 only: groups of 16 rows interleaved in 4-weight runs, every weight widened
     /// to 8 bits (a copy made at load; exact, the GGUF bytes can be rebuilt from it).
     Interleaved,
 }
