@@ -61,7 +61,18 @@ pub(crate) fn argmax(row: &[f32]) -> u32 {
         // Every value is −∞ or NaN: index 0, as the one-pass rule gives.
         return 0;
     }
-    row.iter().position(|&v| v == best).map_or(0, |i| i as u32)
+    // The first chunk holding it (a compare the compiler vectorises), then its place there.
+    let found = chunks
+        .iter()
+        .position(|c| c.iter().fold(false, |hit, &v| hit | (v == best)));
+    let at = match found {
+        Some(c) => c * SCAN_LANES + chunks[c].iter().position(|&v| v == best).unwrap_or(0),
+        None => {
+            let tail = row.len() - rest.len();
+            tail + rest.iter().position(|&v| v == best).unwrap_or(0)
+        }
+    };
+    at as u32
 }
 
 /// Lanes of [`argmax`]'s first pass (two 256-bit registers).

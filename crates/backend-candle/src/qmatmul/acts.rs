@@ -109,7 +109,70 @@ fn q8_0_blocks(x: &[f32]) -> Vec<BlockQ8_0> {
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_blocks_avx2(x: &[f32]) -> Vec<BlockQ8_0> {
-    x.chunks_exact(32).map(block_q8_0::<F16c>).collect()
+    x.as_chunks::<32>().0.iter().map(|b| block_q8_0_avx2(b)).collect()
+}
+
+/// [`block_q8_0`] in AVX2 registers, the same bits: the largest magnitude by `max` (whose
+/// second operand wins over a NaN, so NaN never enters), `q = t + [f ≥ ½] − [f ≤ −½]` with
+/// `t` the truncation and `f` the fraction, a NaN product giving 0 as Rust's `as` does, and the
+/// 32 quants packed to bytes in order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn block_q8_0_avx2(x: &[f32; 32]) -> BlockQ8_0 {
+    use std::arch::x86_64::*;
+    // SAFETY: `x` is 32 `f32`s, four unaligned loads of 8.
+    #[allow(unsafe_code)]
+    let v: [__m256; 4] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(x[8 * i..].as_ptr()) });
+    let sign = _mm256_set1_ps(-0.0);
+    let mut m = _mm256_setzero_ps();
+    for v in v {
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, v), m);
+    }
+    let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+    let d = amax / 127.0;
+    let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+    let (half, minus_half) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
+    let q: [__m256i; 4] = v.map(|v| {
+        let y = _mm256_mul_ps(v, _mm256_set1_ps(id));
+        let t = _mm256_cvttps_epi32(y);
+        let f = _mm256_sub_ps(y, _mm256_cvtepi32_ps(t));
+        // The comparison masks are −1 where they hold.
+        let up = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(f, half));
+        let down = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_LE_OQ>(f, minus_half));
+        let nan = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_UNORD_Q>(y, y));
+        _mm256_andnot_si256(nan, _mm256_add_epi32(_mm256_sub_epi32(t, up), down))
+    });
+    let sums = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    let s4 = _mm_add_epi32(
+        _mm256_castsi256_si128(sums),
+        _mm256_extracti128_si256::<1>(sums),
+    );
+    let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    let sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2)));
+    // Packing works within 128-bit lanes: 4-quant runs come out as q0 q1 q2 q3 (first halves)
+    // then the second halves; the permutation puts them back in order.
+    let bytes = _mm256_packs_epi16(
+        _mm256_packs_epi32(q[0], q[1]),
+        _mm256_packs_epi32(q[2], q[3]),
+    );
+    let bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    let unsigned = _mm256_xor_si256(bytes, _mm256_set1_epi8(i8::MIN));
+    let (mut qs, mut us) = ([0i8; 32], [0u8; 32]);
+    // SAFETY: both are 32 bytes; unaligned stores.
+    #[allow(unsafe_code)]
+    unsafe {
+        _mm256_storeu_si256(qs.as_mut_ptr().cast(), bytes);
+        _mm256_storeu_si256(us.as_mut_ptr().cast(), unsigned);
+    }
+    BlockQ8_0 {
+        d: F16c::round(d),
+        minus_128_sum: -128 * sum,
+        qs,
+        us,
+    }
 }
 
 /// The largest `|v|` of `x` (0 for none; a NaN never counts, as `f32::max` skips it): per lane

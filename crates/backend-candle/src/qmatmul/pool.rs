@@ -298,10 +298,13 @@ impl SpinPool {
         per_task: usize,
         work: impl Fn(usize, &mut [&mut [f32]]) + Sync,
     ) -> Result<Vec<f32>, TaskPanicked> {
-        let mut y = vec![0f32; n * width];
         if n == 0 || width == 0 {
-            return Ok(y);
+            return Ok(vec![0f32; n * width]);
         }
+        // Zeroed by the tasks, each its own columns just before filling them (in parallel and
+        // into the cache the kernel then writes, where a zeroed allocation is one more serial
+        // pass over the whole output); the length is set once every task has run.
+        let mut y: Vec<f32> = Vec::with_capacity(n * width);
         let per_task = per_task.clamp(1, width);
         let out = SharedOutput(y.as_mut_ptr());
         let task = |t: usize| {
@@ -310,14 +313,23 @@ impl SpinPool {
             let mut rows: Vec<&mut [f32]> = (0..n)
                 .map(|j| {
                     // SAFETY: columns `start .. start + len` of row `j` lie inside the
-                    // `n · width` buffer, no other task's range overlaps them, and the buffer
-                    // lives until `run_scoped` returns, after every task.
-                    unsafe { std::slice::from_raw_parts_mut(out.ptr().add(j * width + start), len) }
+                    // `n · width` allocation, no other task's range overlaps them, and the
+                    // allocation lives until `run_scoped` returns, after every task. They are
+                    // zeroed (initialised) before the slice is made.
+                    unsafe {
+                        let at = out.ptr().add(j * width + start);
+                        std::ptr::write_bytes(at, 0, len);
+                        std::slice::from_raw_parts_mut(at, len)
+                    }
                 })
                 .collect();
             work(start, &mut rows);
         };
         self.run_scoped(width.div_ceil(per_task), &task)?;
+        // SAFETY: the tasks cover columns `0 .. width` of every row (task `t` from
+        // `t · per_task`), so all `n · width` values were initialised; a panicking task
+        // returned above.
+        unsafe { y.set_len(n * width) };
         Ok(y)
     }
 }
