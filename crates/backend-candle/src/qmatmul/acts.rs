@@ -109,7 +109,14 @@ fn q8_0_blocks(x: &[f32]) -> Vec<BlockQ8_0> {
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_0_blocks_avx2(x: &[f32]) -> Vec<BlockQ8_0> {
-    x.as_chunks::<32>().0.iter().map(|b| block_q8_0_avx2(b)).collect()
+    // A loop here, not `map(..).collect()`: the iterator's code is compiled outside this
+    // function's target features, and the block quantizer would be inlined into it without
+    // AVX2.
+    let mut blocks = Vec::with_capacity(x.len() / 32);
+    for block in x.as_chunks::<32>().0 {
+        blocks.push(block_q8_0_avx2(block));
+    }
+    blocks
 }
 
 /// [`block_q8_0`] in AVX2 registers, the same bits: the largest magnitude by `max` (whose
@@ -282,7 +289,12 @@ fn q8_k_blocks(x: &[f32]) -> Vec<BlockQ8K> {
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_k_blocks_avx2(x: &[f32]) -> Vec<BlockQ8K> {
-    x.chunks_exact(QK_K).map(block_q8_k).collect()
+    // A loop, as in `q8_0_blocks_avx2`, so `block_q8_k` is inlined here, with AVX2.
+    let mut blocks = Vec::with_capacity(x.len() / QK_K);
+    for block in x.chunks_exact(QK_K) {
+        blocks.push(block_q8_k(block));
+    }
+    blocks
 }
 
 /// 1.5 · 2²³: a float this large has no fraction bits, so `(y + M) − M` is `y` rounded to an
