@@ -218,10 +218,14 @@ impl<B: Backend> RotatingKvCache<B> {
         values: &B::Array,
     ) -> Result<KvView<B>, B::Error> {
         let t = write_len(backend, keys, values)?;
-        if t == 1 {
-            // Write first, then the window ending at the new position is one slice.
+        if t == 1 || self.len + t <= self.window {
+            // Write first, then the window ending at the new position is one slice: one query
+            // needs only the last `window` positions, and while the ring has room for the
+            // whole write (`len + t <= window`) nothing the queries see is overwritten. (Before
+            // this, every verify of several tokens copied the whole history of every
+            // sliding layer into a fresh view.)
+            let from = (self.len + 1).saturating_sub(self.window);
             self.write_ring(backend, keys, values, t)?;
-            let from = self.len.saturating_sub(self.window);
             return match self.linear(backend, from)? {
                 Some((k, v)) => Ok(KvView {
                     keys: k,

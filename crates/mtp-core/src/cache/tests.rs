@@ -209,6 +209,42 @@ fn long_sliding_run_equals_naive_attention_bit_for_bit() {
 }
 
 #[test]
+fn multi_token_writes_attend_as_over_the_whole_history() {
+    // Writes of 1-4 tokens (a verify), inside rounds that keep part of them, before and after
+    // the ring fills: the queries of each write attend over the returned view (a slice of the
+    // ring while the write fits, a fresh copy after) as over the whole history with the window
+    // as a mask, bit for bit.
+    let b = B::default();
+    let w = 8;
+    let mut ring = RotatingKvCache::<B>::new(w).unwrap();
+    let mut all = FullKvCache::<B>::new();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    while ring.len() < 4 * w {
+        ring.begin_speculation(&b).unwrap();
+        all.begin_speculation(&b).unwrap();
+        let p = ring.len();
+        let t = rng.random_range(1..=4);
+        let salt = (p % 5) as f32 * 0.01;
+        let (k, v) = entries(&b, p, t, salt);
+        let (q, _) = entries(&b, p, t, salt + 0.5);
+        let mask = |start| crate::AttentionMask::causal(p, start).with_window(Some(w));
+        let got_view = ring.update(&b, &k, &v).unwrap();
+        let want_view = all.update(&b, &k, &v).unwrap();
+        let attend = |view: &KvView<B>| {
+            b.to_vec_f32(
+                &b.attention(&q, &view.keys, &view.values, &mask(view.start), 0.5)
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        assert_eq!(attend(&got_view), attend(&want_view), "write of {t} at {p}");
+        let keep = rng.random_range(1..=t);
+        ring.commit_speculation(&b, keep).unwrap();
+        all.commit_speculation(&b, keep).unwrap();
+    }
+}
+
+#[test]
 fn forks_are_isolated() {
     let b = B::default();
     for kind in [CacheKind::Full, CacheKind::Rotating { window: 3 }] {
