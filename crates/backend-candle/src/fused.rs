@@ -117,7 +117,7 @@ pub(crate) fn rope_with_tables(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result
 pub(crate) fn gelu_tanh(x: &Tensor) -> Result<Tensor> {
     require_float("gelu_tanh", x)?;
     if let Some(values) = crate::row_scan::contiguous_f32(x, crate::gelu::gelu_all) {
-        return Ok(Tensor::from_vec(values, x.dims(), x.device())?);
+        return Ok(Tensor::from_vec(values?, x.dims(), x.device())?);
     }
     Ok(x.gelu()?)
 }

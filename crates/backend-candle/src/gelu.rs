@@ -54,26 +54,23 @@ fn gelu_into(x: &[f32], out: &mut [f32]) {
 const PARALLEL_FROM: usize = 4096;
 
 /// GELU (tanh approximation) of every value of `x`; every value is computed alone, so the split
-/// changes no bits.
-pub(crate) fn gelu_all(x: &[f32]) -> Vec<f32> {
+/// changes no bits. A pool task that panicked (a bug: the loop indexes nothing out of range) is
+/// an error, as in the quantized products.
+pub(crate) fn gelu_all(x: &[f32]) -> crate::Result<Vec<f32>> {
     let pool = crate::qmatmul::pool::SpinPool::global();
     if x.len() < PARALLEL_FROM || pool.threads() < 2 {
         let mut out = vec![0f32; x.len()];
         gelu_into(x, &mut out);
-        return out;
+        return Ok(out);
     }
     let per_task = x.len().div_ceil(2 * pool.threads()).next_multiple_of(64);
-    let parallel = pool.run_columns(1, x.len(), per_task, |start, out| {
-        let out = &mut *out[0];
-        gelu_into(&x[start..start + out.len()], out);
-    });
-    parallel.unwrap_or_else(|_| {
-        // A task panicked (a bug: the loop indexes nothing out of range); compute it here.
-        tracing::warn!("gelu: a pool task panicked; computed on the calling thread");
-        let mut out = vec![0f32; x.len()];
-        gelu_into(x, &mut out);
-        out
-    })
+    let out = pool
+        .run_columns(1, x.len(), per_task, |start, out| {
+            let out = &mut *out[0];
+            gelu_into(&x[start..start + out.len()], out);
+        })
+        .map_err(|_| crate::qmatmul::QMatMulError::TaskPanicked)?;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -99,7 +96,7 @@ mod tests {
                 -1e4, -100.0, -30.0, -10.0, -1e-30, 0.0, 1e-30, 10.0, 30.0, 100.0, 1e4,
             ])
             .collect();
-        let got = gelu_all(&xs);
+        let got = gelu_all(&xs).expect("no task panics");
         let mut portable = vec![0f32; xs.len()];
         gelu_into_portable(&xs, &mut portable);
         // Split over the pool or not, the same bits.
@@ -123,6 +120,6 @@ mod tests {
                 "{x}: {g} vs {p}"
             );
         }
-        assert!(gelu_all(&[f32::NAN])[0].is_nan());
+        assert!(gelu_all(&[f32::NAN]).expect("no task panics")[0].is_nan());
     }
 }

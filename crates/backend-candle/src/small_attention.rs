@@ -11,7 +11,7 @@
 //! are skipped (`exp(−∞) = 0` exactly in the default) and a row that sees no key gives zeros, as
 //! the default does. The (sequence, head) pairs are tasks on the quantized matmul's pool.
 //! `examples/attention_bench.rs` times it at Gemma 3 270M's shapes (4 heads, 221 keys): 1 / 5
-//! rows 58–78 / 370–380 µs before the four-key dots and the pool, 52–68 / 187–290 µs after (one
+//! rows 58–78 / 370–380 µs before the four-key dots and the pool, 52–68 / 187–298 µs after (one
 //! noisy 2-core VM).
 
 use candle_core::{DType, Tensor};
@@ -124,7 +124,7 @@ fn run(x: &Inputs<'_>) -> Result<Vec<f32>> {
 }
 
 /// [`head`] compiled with AVX2 and FMA (the value sums become 256-bit vectors; the dot products
-/// are written out in [`dot_avx2`] and [`dots_avx2`]).
+/// are written out in [`dots_avx2`]).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA.
@@ -231,7 +231,7 @@ impl Dot for Portable {
     }
 }
 
-/// [`dot_avx2`]; used only by [`run_avx2`], after AVX2 and FMA were detected.
+/// [`dots_avx2`]; used only by [`head_avx2`], after AVX2 and FMA were detected.
 #[cfg(target_arch = "x86_64")]
 struct Avx2;
 
@@ -239,11 +239,11 @@ struct Avx2;
 impl Dot for Avx2 {
     #[inline(always)]
     fn dot(a: &[f32], b: &[f32]) -> f32 {
-        // SAFETY: this type is only used by `run_avx2`, which runs after AVX2 and FMA were
+        // SAFETY: this type is only used by `head_avx2`, which runs after AVX2 and FMA were
         // detected.
         #[allow(unsafe_code)]
         unsafe {
-            dot_avx2(a, b)
+            dots_avx2(a, [b])[0]
         }
     }
 
@@ -274,47 +274,19 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
-/// [`dot`] in one 256-bit register: the same products, sums and final order, so the same bits.
-/// Written out because the compiler, left to itself inside the attention loop, split the 8
-/// lanes into 2-lane halves and shuffles (about 60 % of this module's samples on a 200-token
-/// context, measured with `perf`).
+/// [`dot`] of `a` with each of `N` keys, one 256-bit register per key, side by side: each key's
+/// products, sums and final order are [`dot`]'s, so each result has its bits. Written out
+/// because the compiler, left to itself inside the attention loop, split the 8 lanes into 2-lane
+/// halves and shuffles (about 60 % of this module's samples on a 200-token context, measured
+/// with `perf`); `N` = 1 is one key's dot, [`KEYS_AT_ONCE`] keeps the adder busy.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    use std::arch::x86_64::*;
-    let (a8, ra) = a.as_chunks::<8>();
-    let (b8, rb) = b.as_chunks::<8>();
-    let mut lanes = _mm256_setzero_ps();
-    for (x, y) in a8.iter().zip(b8) {
-        // SAFETY: `x` and `y` are 8 `f32`s each; the loads are unaligned.
-        #[allow(unsafe_code)]
-        let (x, y) = unsafe { (_mm256_loadu_ps(x.as_ptr()), _mm256_loadu_ps(y.as_ptr())) };
-        lanes = _mm256_add_ps(lanes, _mm256_mul_ps(x, y));
-    }
-    // h = [l0 + l4, l1 + l5, l2 + l6, l3 + l7]; then (h0 + h1) + (h2 + h3).
-    let h = _mm_add_ps(
-        _mm256_castps256_ps128(lanes),
-        _mm256_extractf128_ps::<1>(lanes),
-    );
-    let pairs = _mm_add_ps(h, _mm_movehdup_ps(h));
-    let mut sum = _mm_cvtss_f32(pairs) + _mm_cvtss_f32(_mm_movehl_ps(pairs, pairs));
-    for (x, y) in ra.iter().zip(rb) {
-        sum += x * y;
-    }
-    sum
-}
-
-/// [`dot_avx2`] of `a` with four keys in four registers, side by side: each key's products,
-/// sums and final order are [`dot`]'s, so each result has its bits.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-fn dots_avx2(a: &[f32], keys: [&[f32]; KEYS_AT_ONCE]) -> [f32; KEYS_AT_ONCE] {
+fn dots_avx2<const N: usize>(a: &[f32], keys: [&[f32]; N]) -> [f32; N] {
     use std::arch::x86_64::*;
     let (a8, ra) = a.as_chunks::<8>();
     let k8 = keys.map(|k| k.as_chunks::<8>().0);
-    let mut lanes = [_mm256_setzero_ps(); KEYS_AT_ONCE];
+    let mut lanes = [_mm256_setzero_ps(); N];
     for (c, x) in a8.iter().enumerate() {
         // SAFETY: `x` is 8 `f32`s; the load is unaligned.
         #[allow(unsafe_code)]
@@ -369,14 +341,15 @@ mod tests {
             let b: Vec<f32> = (0..len).map(|_| rng.unit()).collect();
             // SAFETY: AVX2 and FMA were detected above.
             #[allow(unsafe_code)]
-            let fast = unsafe { super::dot_avx2(&a, &b) };
+            let [fast] = unsafe { super::dots_avx2(&a, [&b[..]]) };
             assert_eq!(fast.to_bits(), super::dot(&a, &b).to_bits(), "length {len}");
             let keys: Vec<Vec<f32>> = (0..super::KEYS_AT_ONCE)
                 .map(|_| (0..len).map(|_| rng.unit()).collect())
                 .collect();
             // SAFETY: AVX2 and FMA were detected above.
             #[allow(unsafe_code)]
-            let four = unsafe { super::dots_avx2(&a, std::array::from_fn(|i| &keys[i][..])) };
+            let four: [f32; super::KEYS_AT_ONCE] =
+                unsafe { super::dots_avx2(&a, std::array::from_fn(|i| &keys[i][..])) };
             for (got, key) in four.iter().zip(&keys) {
                 assert_eq!(got.to_bits(), super::dot(&a, key).to_bits(), "length {len}");
             }

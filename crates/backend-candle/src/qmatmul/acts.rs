@@ -98,7 +98,7 @@ fn q8_0_blocks(x: &[f32]) -> Vec<BlockQ8_0> {
         #[allow(unsafe_code)]
         return unsafe { q8_0_blocks_avx2(x) };
     }
-    x.chunks_exact(32).map(block_q8_0::<HalfCrate>).collect()
+    x.chunks_exact(32).map(block_q8_0).collect()
 }
 
 /// [`q8_0_blocks`] compiled with AVX2, the `f16` rounding of the scale by F16C.
@@ -175,7 +175,7 @@ fn block_q8_0_avx2(x: &[f32; 32]) -> BlockQ8_0 {
         _mm256_storeu_si256(us.as_mut_ptr().cast(), unsigned);
     }
     BlockQ8_0 {
-        d: F16c::round(d),
+        d: f16_round_f16c(d),
         minus_128_sum: -128 * sum,
         qs,
         us,
@@ -199,45 +199,23 @@ fn max_abs(x: &[f32]) -> f32 {
     rest.iter().fold(m, |m, v| larger(m, v.abs()))
 }
 
-/// How a block's scale is rounded to `f16` and back: every implementation gives `half`'s bits
-/// (round to nearest, ties to even).
-trait F16Round {
-    fn round(v: f32) -> f32;
-}
-
-/// `half`'s conversion (runtime-dispatched, an out-of-line call per block).
-struct HalfCrate;
-
-impl F16Round for HalfCrate {
-    #[inline(always)]
-    fn round(v: f32) -> f32 {
-        half::f16::from_f32(v).to_f32()
-    }
-}
-
-/// F16C's conversions; used only by the AVX2 builds, after F16C was detected.
+/// `v` rounded to `f16` and back by F16C (round to nearest, ties to even: `half`'s bits, where
+/// `half`'s runtime-dispatched conversion is an out-of-line call per block).
 #[cfg(target_arch = "x86_64")]
-struct F16c;
-
-#[cfg(target_arch = "x86_64")]
-impl F16Round for F16c {
-    #[inline(always)]
-    fn round(v: f32) -> f32 {
-        use std::arch::x86_64::*;
-        // SAFETY: only the AVX2 builds use this type, after F16C was detected.
-        #[allow(unsafe_code)]
-        unsafe {
-            let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(v));
-            _mm_cvtss_f32(_mm_cvtph_ps(h))
-        }
-    }
+#[target_feature(enable = "f16c")]
+#[inline]
+fn f16_round_f16c(v: f32) -> f32 {
+    use std::arch::x86_64::*;
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
+        _mm_set_ss(v),
+    )))
 }
 
 /// One Q8_0 block of activations. `roundf` by integers (no libm call, so the loop vectorises):
 /// `t = trunc(y)`, `f = y − t` (exact for `|y| < 2²³`; here `|y| ≤ 127`), then one step away
 /// from zero when `|f| ≥ ½`. A NaN gives 0, as `roundf(NaN) as i8` does.
 #[inline(always)]
-fn block_q8_0<R: F16Round>(x: &[f32]) -> BlockQ8_0 {
+fn block_q8_0(x: &[f32]) -> BlockQ8_0 {
     let amax = max_abs(x);
     let d = amax / 127.0;
     let id = if d == 0.0 { 0.0 } else { 1.0 / d };
@@ -253,7 +231,7 @@ fn block_q8_0<R: F16Round>(x: &[f32]) -> BlockQ8_0 {
         *u = (q as u8) ^ 0x80;
     }
     BlockQ8_0 {
-        d: R::round(d),
+        d: half::f16::from_f32(d).to_f32(),
         minus_128_sum: -128 * qs.iter().map(|&q| i32::from(q)).sum::<i32>(),
         qs,
         us,
@@ -369,7 +347,7 @@ mod tests {
             // SAFETY: AVX2, FMA and F16C were detected above.
             #[allow(unsafe_code)]
             let (fast0, fast_k) = unsafe { (q8_0_blocks_avx2(&x), q8_k_blocks_avx2(&x)) };
-            let slow0: Vec<BlockQ8_0> = x.chunks_exact(32).map(block_q8_0::<HalfCrate>).collect();
+            let slow0: Vec<BlockQ8_0> = x.chunks_exact(32).map(block_q8_0).collect();
             for (f, s) in fast0.iter().zip(&slow0) {
                 assert_eq!(f.d.to_bits(), s.d.to_bits(), "seed {seed}");
                 assert_eq!((f.qs, f.us, f.minus_128_sum), (s.qs, s.us, s.minus_128_sum));
@@ -383,9 +361,12 @@ mod tests {
         // The scale's `f16` rounding, every kind of value.
         for bits in (0..=u32::MAX).step_by(65_537) {
             let v = f32::from_bits(bits);
+            // SAFETY: F16C was detected above (with AVX2).
+            #[allow(unsafe_code)]
+            let fast = unsafe { f16_round_f16c(v) };
             assert_eq!(
-                F16c::round(v).to_bits(),
-                HalfCrate::round(v).to_bits(),
+                fast.to_bits(),
+                half::f16::from_f32(v).to_f32().to_bits(),
                 "{v:e}"
             );
         }

@@ -33,10 +33,11 @@ pub(super) fn prefetch_ahead(block: &[u8]) {
     _mm_prefetch::<_MM_HINT_T0>(block.as_ptr().wrapping_add(PREFETCH_BYTES).cast());
 }
 
-/// How far ahead the interleaved kernels prefetch: their 272-byte blocks take longer per byte
-/// (8 rows' dot products per load), so the same lead in bytes is less lead in time; the head
-/// (640 → 262 144, Q8_0) at 5 rows took 6.5–7.1 ms with 2 KiB and 5.0–5.6 ms with 4 KiB on
-/// the 2-core EPYC of BENCHMARKS.md (8 KiB: no better).
+/// How far ahead the interleaved kernels prefetch: their group blocks (544 bytes, 16 rows'
+/// weights) take longer per byte than a row's, so the same lead in bytes is less lead in time;
+/// with the earlier 8-row groups (272-byte blocks) the head (640 → 262 144, Q8_0) at 5 rows took
+/// 6.5–7.1 ms with 2 KiB and 5.0–5.6 ms with 4 KiB on the 2-core EPYC of BENCHMARKS.md (8 KiB:
+/// no better); not re-tuned for 16-row groups.
 pub(super) const PREFETCH_BYTES_INTERLEAVED: usize = 4096;
 
 /// [`prefetch_ahead`] for every cache line of a block longer than one line (the K-quant super
