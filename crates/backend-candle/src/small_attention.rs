@@ -4,15 +4,20 @@
 //! The trait's default runs two batched matmuls through `gemm` (which packs its operands: for one
 //! query row against an 800-key cache that packing is most of the work — about 9 % of a decode
 //! step's CPU samples on Gemma 3 270M at that context), adds the mask table and a softmax. Here
-//! each query row is one pass: its scores against the visible keys (dot products in 8 lanes,
-//! four keys side by side), the softmax (`exp` of `score − max`, divided by the sum), the
-//! probability-weighted sum of the values. Every row is computed alone, so a row's result does
-//! not depend on how many rows the call has (a verify row gets a decode row's bits); masked keys
-//! are skipped (`exp(−∞) = 0` exactly in the default) and a row that sees no key gives zeros, as
-//! the default does. The (sequence, head) pairs are tasks on the quantized matmul's pool.
-//! `examples/attention_bench.rs` times it at Gemma 3 270M's shapes (4 heads, 221 keys): 1 / 5
-//! rows 58–78 / 370–380 µs before the four-key dots and the pool, 52–68 / 187–298 µs after (one
-//! noisy 2-core VM).
+//! each query row is computed alone: its scores against the visible keys (dot products in 8
+//! lanes), the softmax (`exp` of `score − max`, divided by the sum), the probability-weighted sum
+//! of the values — so a row's result does not depend on how many rows the call has (a verify row
+//! gets a decode row's bits). Masked keys are skipped (`exp(−∞) = 0` exactly in the default) and
+//! a row that sees no key gives zeros, as the default does. The queries that share a key/value
+//! head (a GQA group's heads, every row) are tasks of up to 16 queries on the quantized matmul's
+//! pool; a task reads its keys and values in blocks, once for all its queries, and dots two
+//! query rows with four keys at a time. `examples/attention_bench.rs` times it at Gemma 3 270M's
+//! shapes (4 heads sharing one key/value head, 221 keys), one noisy 2-core VM: 1 / 5 rows
+//! 58–78 / 370–380 µs before the four-key dots and the pool, 52–68 / 187–298 µs with one task
+//! per head, 43–46 / 157–172 µs with the shared key blocks and paired rows (63–69 / 279–313 µs
+//! for the per-head tasks in the same alternating runs).
+
+use std::ops::Range;
 
 use candle_core::{DType, Tensor};
 use mtp_core::{AttentionBias, AttentionMask};
@@ -100,125 +105,262 @@ struct Inputs<'a> {
     scale: f32,
 }
 
-/// Every (sequence, query head) on the quantized matmul's [`SpinPool`]: one task each, writing
-/// its own `[tq, dv]` block of the output (a head's rows are computed as if alone, so the
-/// split changes no bits).
+/// Every (sequence, key/value head)'s queries — the query heads of its group, every row — on
+/// the quantized matmul's [`SpinPool`], a few queries per task, each task writing its own rows
+/// of the output. A task reads its group's keys and values once for all its queries (a verify of
+/// 5 rows on Gemma 3 270M: 20 queries share one key/value head), and each query's result is
+/// computed as if alone (the split changes no bits).
 fn run(x: &Inputs<'_>) -> Result<Vec<f32>> {
     let s = x.shape;
-    let head_len = s.tq * s.dv;
+    let per_group = s.groups * s.tq;
+    let groups = s.batch * (s.hq / s.groups);
+    // Enough tasks for every thread, none longer than `MAX_TASK_QUERIES` queries.
+    let threads = SpinPool::global().threads();
+    let pieces = threads
+        .div_ceil(groups.max(1))
+        .max(per_group.div_ceil(MAX_TASK_QUERIES))
+        .clamp(1, per_group.max(1));
+    let per_task = per_group.div_ceil(pieces);
     #[cfg(target_arch = "x86_64")]
     let avx2 = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
-    let out =
-        SpinPool::global().run_columns(1, s.batch * s.hq * head_len, head_len, |start, out| {
-            let (index, out) = (start / head_len.max(1), &mut *out[0]);
-            let (bi, h) = (index / s.hq, index % s.hq);
+    let total = s.batch * s.hq * s.tq;
+    let out = SpinPool::global().run_columns(1, total * s.dv, per_task * s.dv, |start, out| {
+        let out = &mut *out[0];
+        let first = start / s.dv.max(1);
+        let queries = first..first + out.len() / s.dv.max(1);
+        // A task's queries may straddle two groups: each run within one group at a time.
+        let mut done = 0;
+        for piece in split_at_groups(queries, per_group) {
+            let rows = &mut out[done * s.dv..][..piece.len() * s.dv];
+            done += piece.len();
             #[cfg(target_arch = "x86_64")]
             if avx2 {
                 // SAFETY: AVX2 and FMA were detected above.
                 #[allow(unsafe_code)]
-                return unsafe { head_avx2(x, bi, h, out) };
+                unsafe {
+                    queries_avx2(x, piece, rows)
+                };
+                continue;
             }
-            head::<Portable>(x, bi, h, out)
-        });
+            queries_of_group::<Portable>(x, piece, rows);
+        }
+    });
     Ok(out.map_err(|_| crate::qmatmul::QMatMulError::TaskPanicked)?)
 }
 
-/// [`head`] compiled with AVX2 and FMA (the value sums become 256-bit vectors; the dot products
-/// are written out in [`dots_avx2`]).
+/// The most queries one task takes (their rows, scores and the key block it dots them with stay
+/// in the level-1 cache).
+const MAX_TASK_QUERIES: usize = 16;
+
+/// `queries` cut where a group of `per_group` consecutive queries ends.
+fn split_at_groups(queries: Range<usize>, per_group: usize) -> impl Iterator<Item = Range<usize>> {
+    let per_group = per_group.max(1);
+    let mut at = queries.start;
+    std::iter::from_fn(move || {
+        (at < queries.end).then(|| {
+            let end = queries.end.min((at / per_group + 1) * per_group);
+            let piece = at..end;
+            at = end;
+            piece
+        })
+    })
+}
+
+/// [`queries_of_group`] compiled with AVX2 and FMA (the value sums become 256-bit vectors; the
+/// dot products are written out in [`dots_avx2`]).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(unsafe_code)]
-unsafe fn head_avx2(x: &Inputs<'_>, bi: usize, h: usize, out: &mut [f32]) {
-    head::<Avx2>(x, bi, h, out)
+unsafe fn queries_avx2(x: &Inputs<'_>, queries: Range<usize>, out: &mut [f32]) {
+    queries_of_group::<Avx2>(x, queries, out)
 }
 
-/// The `[tq, dv]` output of query head `h` of sequence `bi`, row by row.
+/// The `[queries, dv]` output of `queries` (indices into the output's `[batch, hq, tq]` rows,
+/// all of one key/value head's group). Each query sees a contiguous run of keys (visibility is
+/// convex in (query, key)); its scores, softmax and value sum are those of the query alone —
+/// the keys are taken in blocks shared by all the queries, but every query's sums run over its
+/// keys in order.
 #[inline(always)]
-fn head<D: Dot>(x: &Inputs<'_>, bi: usize, h: usize, out: &mut [f32]) {
-    let (q, k, v, s, mask, scale) = (x.q, x.k, x.v, x.shape, x.mask, x.scale);
-    let hkv = s.hq / s.groups;
-    let mut scores = Vec::with_capacity(s.tk);
-    let mut visible = Vec::with_capacity(s.tk);
-    let kv = bi * hkv + h / s.groups;
-    let keys = &k[kv * s.tk * s.d..][..s.tk * s.d];
-    let values = &v[kv * s.tk * s.dv..][..s.tk * s.dv];
-    for (i, out) in out.chunks_exact_mut(s.dv).enumerate() {
-        let row = (bi * s.hq + h) * s.tq + i;
-        let query = &q[row * s.d..][..s.d];
-        let qp = mask.query_start + i;
-        visible.clear();
-        visible.extend((0..s.tk).filter(|&j| mask.allows(qp, mask.key_start + j)));
-        if visible.is_empty() {
-            continue;
-        }
-        scores.clear();
-        scores.resize(visible.len(), 0f32);
-        let key = |j: usize| &keys[j * s.d..][..s.d];
-        let (quads, rest) = visible.as_chunks::<KEYS_AT_ONCE>();
-        let (score_quads, score_rest) = scores.as_chunks_mut::<KEYS_AT_ONCE>();
-        for (quad, out) in quads.iter().zip(score_quads) {
-            *out = D::dots(query, quad.map(key)).map(|v| v * scale);
-        }
-        for (&j, out) in rest.iter().zip(score_rest) {
-            *out = D::dot(query, key(j)) * scale;
-        }
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0f32;
-        for p in scores.iter_mut() {
-            *p = crate::fast_exp::exp(*p - max);
-            sum += *p;
-        }
-        for p in scores.iter_mut() {
-            *p /= sum;
-        }
-        weighted_sum(out, values, &visible, &scores);
+fn queries_of_group<D: Dot>(x: &Inputs<'_>, queries: Range<usize>, out: &mut [f32]) {
+    let (s, mask) = (x.shape, x.mask);
+    let Some(first) = queries.clone().next() else {
+        return;
+    };
+    let (bi, h) = (first / (s.hq * s.tq), first / s.tq % s.hq);
+    let kv = bi * (s.hq / s.groups) + h / s.groups;
+    let keys = &x.k[kv * s.tk * s.d..][..s.tk * s.d];
+    let values = &x.v[kv * s.tk * s.dv..][..s.tk * s.dv];
+    let key = |j: usize| &keys[j * s.d..][..s.d];
+    let query = |row: usize| &x.q[row * s.d..][..s.d];
+    // Each query's visible keys `lo..hi` (empty: the row stays zero).
+    let visible: Vec<Range<usize>> = queries
+        .clone()
+        .map(|row| {
+            let qp = mask.query_start + row % s.tq;
+            let sees = |j: &usize| mask.allows(qp, mask.key_start + j);
+            match (0..s.tk).find(sees) {
+                Some(lo) => lo..(lo..s.tk).rfind(sees).map_or(lo, |j| j + 1),
+                None => 0..0,
+            }
+        })
+        .collect();
+    let (lo, hi) = visible
+        .iter()
+        .filter(|r| !r.is_empty())
+        .fold((s.tk, 0), |(lo, hi), r| (lo.min(r.start), hi.max(r.end)));
+    if lo >= hi {
+        return;
     }
+    // Scores, then probabilities, per query over the keys `lo..hi` (entries outside a query's
+    // own run are not read).
+    let span = hi - lo;
+    let mut probs = vec![0f32; visible.len() * span];
+    for block in (lo..hi).step_by(SCORE_KEYS) {
+        let end = (block + SCORE_KEYS).min(hi);
+        // Two queries at a time over the whole block (a score outside a query's own run is
+        // computed and never read; the runs differ by a few keys at most).
+        let mut rows = queries.clone().zip(probs.chunks_exact_mut(span));
+        while let Some((r0, p0)) = rows.next() {
+            let (p0, p0_rest) = p0[block - lo..end - lo].as_chunks_mut::<KEYS_AT_ONCE>();
+            let at = end - p0_rest.len();
+            match rows.next() {
+                Some((r1, p1)) => {
+                    let (p1, p1_rest) = p1[block - lo..end - lo].as_chunks_mut::<KEYS_AT_ONCE>();
+                    let qs = [query(r0), query(r1)];
+                    for (n, (o0, o1)) in p0.iter_mut().zip(p1).enumerate() {
+                        let keys = std::array::from_fn(|i| key(block + n * KEYS_AT_ONCE + i));
+                        let [d0, d1] = D::dots(qs, keys);
+                        *o0 = d0.map(|v| v * x.scale);
+                        *o1 = d1.map(|v| v * x.scale);
+                    }
+                    for (n, (o0, o1)) in p0_rest.iter_mut().zip(p1_rest).enumerate() {
+                        let [[d0], [d1]] = D::dots(qs, [key(at + n)]);
+                        (*o0, *o1) = (d0 * x.scale, d1 * x.scale);
+                    }
+                }
+                None => {
+                    for (n, o0) in p0.iter_mut().enumerate() {
+                        let keys = std::array::from_fn(|i| key(block + n * KEYS_AT_ONCE + i));
+                        let [d0] = D::dots([query(r0)], keys);
+                        *o0 = d0.map(|v| v * x.scale);
+                    }
+                    for (n, o0) in p0_rest.iter_mut().enumerate() {
+                        let [[d0]] = D::dots([query(r0)], [key(at + n)]);
+                        *o0 = d0 * x.scale;
+                    }
+                }
+            }
+        }
+    }
+    for (seen, p) in visible.iter().zip(probs.chunks_exact_mut(span)) {
+        if !seen.is_empty() {
+            softmax_in_place(&mut p[seen.start - lo..seen.end - lo]);
+        }
+    }
+    weighted_sums(out, values, &visible, &probs, lo);
 }
 
-/// `dst += Σ_j weights_j · values[j]` over the visible keys `j`, keys in order for every
-/// element. Done in blocks of [`VALUE_BLOCK`] elements, all keys per block, so a block's sums
-/// stay in registers instead of being loaded and stored once per key; every element sees the
-/// same products and sums in the same order as a loop over the keys, so the same bits.
+/// `p ← exp(p − max p) / Σ exp(p − max p)`, in order.
 #[inline(always)]
-fn weighted_sum(dst: &mut [f32], values: &[f32], visible: &[usize], weights: &[f32]) {
-    let dv = dst.len();
-    let (blocks, rest) = dst.as_chunks_mut::<VALUE_BLOCK>();
-    for (c, block) in blocks.iter_mut().enumerate() {
-        let mut acc = *block;
-        for (&j, &weight) in visible.iter().zip(weights) {
-            let (row, _) = values[j * dv..][..dv].as_chunks::<VALUE_BLOCK>();
-            let v = &row[c];
-            acc = std::array::from_fn(|l| acc[l] + weight * v[l]);
-        }
-        *block = acc;
+fn softmax_in_place(p: &mut [f32]) {
+    let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for p in p.iter_mut() {
+        *p = crate::fast_exp::exp(*p - max);
+        sum += *p;
     }
-    let done = dv - rest.len();
-    for (&j, &weight) in visible.iter().zip(weights) {
-        for (o, &x) in rest.iter_mut().zip(&values[j * dv + done..][..dv - done]) {
-            *o += weight * x;
+    for p in p.iter_mut() {
+        *p /= sum;
+    }
+}
+
+/// For each query `q`: `out[q] += Σ_{j ∈ visible[q]} probs[q][j − lo] · values[j]`, keys in order
+/// for every element. Done in blocks of [`VALUE_BLOCK`] elements and [`VALUE_KEYS`] keys, the
+/// block's values read once for every query and each query's sums kept in registers over the
+/// block; every element of every query sees the same products and sums in the same order as a
+/// loop over its keys, so the same bits.
+#[inline(always)]
+fn weighted_sums(
+    out: &mut [f32],
+    values: &[f32],
+    visible: &[Range<usize>],
+    probs: &[f32],
+    lo: usize,
+) {
+    let Some(dv) = out.len().checked_div(visible.len()) else {
+        return;
+    };
+    if dv == 0 {
+        return;
+    }
+    let span = probs.len() / visible.len();
+    let hi = visible.iter().map(|r| r.end).max().unwrap_or(lo);
+    let blocks = dv / VALUE_BLOCK;
+    for c in 0..blocks {
+        for key_block in (lo..hi).step_by(VALUE_KEYS) {
+            let end = (key_block + VALUE_KEYS).min(hi);
+            for ((dst, seen), p) in out
+                .chunks_exact_mut(dv)
+                .zip(visible)
+                .zip(probs.chunks(span))
+            {
+                let (from, to) = (seen.start.max(key_block), seen.end.min(end));
+                if from >= to {
+                    continue;
+                }
+                let (dst, _) = dst.as_chunks_mut::<VALUE_BLOCK>();
+                let mut acc = dst[c];
+                for (j, &weight) in (from..to).zip(&p[from - lo..to - lo]) {
+                    let (row, _) = values[j * dv..][..dv].as_chunks::<VALUE_BLOCK>();
+                    let v = &row[c];
+                    acc = std::array::from_fn(|l| acc[l] + weight * v[l]);
+                }
+                dst[c] = acc;
+            }
+        }
+    }
+    let done = blocks * VALUE_BLOCK;
+    for ((dst, seen), p) in out
+        .chunks_exact_mut(dv)
+        .zip(visible)
+        .zip(probs.chunks(span))
+    {
+        for j in seen.clone() {
+            let weight = p[j - lo];
+            for (o, &x) in dst[done..]
+                .iter_mut()
+                .zip(&values[j * dv + done..][..dv - done])
+            {
+                *o += weight * x;
+            }
         }
     }
 }
 
-/// Value elements summed together in [`weighted_sum`] (8 AVX2 registers).
+/// Keys whose scores are computed together for all of a task's queries.
+const SCORE_KEYS: usize = 16;
+
+/// Keys whose values are summed together for all of a task's queries.
+const VALUE_KEYS: usize = 32;
+
+/// Value elements summed together in [`weighted_sums`] (8 AVX2 registers).
 const VALUE_BLOCK: usize = 64;
 
-/// Keys one query row is dotted with together ([`Dot::dots`]).
+/// Keys a pair of query rows is dotted with together ([`Dot::dots`]).
 const KEYS_AT_ONCE: usize = 4;
 
-/// How a query row is dotted with a key: every implementation gives [`dot`]'s bits.
+/// How query rows are dotted with keys: every implementation gives [`dot`]'s bits.
 trait Dot {
-    fn dot(a: &[f32], b: &[f32]) -> f32;
-
-    /// `a` dotted with each of [`KEYS_AT_ONCE`] keys, each [`dot`]'s bits: independent sums, so
-    /// a SIMD implementation runs them side by side (one key's sum is a chain of dependent
-    /// adds; four keep the adder busy) and loads `a` once for all four.
-    fn dots(a: &[f32], keys: [&[f32]; KEYS_AT_ONCE]) -> [f32; KEYS_AT_ONCE] {
-        keys.map(|k| Self::dot(a, k))
-    }
+    /// Each of `Q` query rows dotted with each of `N` keys, each result [`dot`]'s bits:
+    /// independent sums, so a SIMD implementation runs them side by side (one sum is a chain of
+    /// dependent adds; several keep the adder busy) and loads each key once for all the rows.
+    fn dots<const Q: usize, const N: usize>(
+        queries: [&[f32]; Q],
+        keys: [&[f32]; N],
+    ) -> [[f32; N]; Q];
 }
 
 /// [`dot`] as the compiler vectorises it.
@@ -226,33 +368,30 @@ struct Portable;
 
 impl Dot for Portable {
     #[inline(always)]
-    fn dot(a: &[f32], b: &[f32]) -> f32 {
-        dot(a, b)
+    fn dots<const Q: usize, const N: usize>(
+        queries: [&[f32]; Q],
+        keys: [&[f32]; N],
+    ) -> [[f32; N]; Q] {
+        queries.map(|q| keys.map(|k| dot(q, k)))
     }
 }
 
-/// [`dots_avx2`]; used only by [`head_avx2`], after AVX2 and FMA were detected.
+/// [`dots_avx2`]; used only by [`queries_avx2`], after AVX2 and FMA were detected.
 #[cfg(target_arch = "x86_64")]
 struct Avx2;
 
 #[cfg(target_arch = "x86_64")]
 impl Dot for Avx2 {
     #[inline(always)]
-    fn dot(a: &[f32], b: &[f32]) -> f32 {
-        // SAFETY: this type is only used by `head_avx2`, which runs after AVX2 and FMA were
+    fn dots<const Q: usize, const N: usize>(
+        queries: [&[f32]; Q],
+        keys: [&[f32]; N],
+    ) -> [[f32; N]; Q] {
+        // SAFETY: this type is only used by `queries_avx2`, which runs after AVX2 and FMA were
         // detected.
         #[allow(unsafe_code)]
         unsafe {
-            dots_avx2(a, [b])[0]
-        }
-    }
-
-    #[inline(always)]
-    fn dots(a: &[f32], keys: [&[f32]; KEYS_AT_ONCE]) -> [f32; KEYS_AT_ONCE] {
-        // SAFETY: as for `dot`.
-        #[allow(unsafe_code)]
-        unsafe {
-            dots_avx2(a, keys)
+            dots_avx2(queries, keys)
         }
     }
 }
@@ -274,43 +413,52 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
-/// [`dot`] of `a` with each of `N` keys, one 256-bit register per key, side by side: each key's
-/// products, sums and final order are [`dot`]'s, so each result has its bits. Written out
-/// because the compiler, left to itself inside the attention loop, split the 8 lanes into 2-lane
-/// halves and shuffles (about 60 % of this module's samples on a 200-token context, measured
-/// with `perf`); `N` = 1 is one key's dot, [`KEYS_AT_ONCE`] keeps the adder busy.
+/// [`dot`] of each of `Q` query rows with each of `N` keys, one 256-bit register per pair, side
+/// by side: each pair's products, sums and final order are [`dot`]'s, so each result has its
+/// bits. Written out because the compiler, left to itself inside the attention loop, split the
+/// 8 lanes into 2-lane halves and shuffles (about 60 % of this module's samples on a 200-token
+/// context, measured with `perf`); 2 rows × [`KEYS_AT_ONCE`] keys keep the adders busy and
+/// load each key chunk once for both rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn dots_avx2<const N: usize>(a: &[f32], keys: [&[f32]; N]) -> [f32; N] {
+fn dots_avx2<const Q: usize, const N: usize>(
+    queries: [&[f32]; Q],
+    keys: [&[f32]; N],
+) -> [[f32; N]; Q] {
     use std::arch::x86_64::*;
-    let (a8, ra) = a.as_chunks::<8>();
-    let k8 = keys.map(|k| k.as_chunks::<8>().0);
-    let mut lanes = [_mm256_setzero_ps(); N];
-    for (c, x) in a8.iter().enumerate() {
-        // SAFETY: `x` is 8 `f32`s; the load is unaligned.
+    let len = queries.first().map_or(0, |q| q.len());
+    let chunks = len / 8;
+    let mut lanes = [[_mm256_setzero_ps(); N]; Q];
+    for c in 0..chunks {
+        // SAFETY: every query and key is `len` long (the caller slices them so), so the 8
+        // `f32`s from `8 c` (c < len / 8) are inside each; the loads are unaligned.
         #[allow(unsafe_code)]
-        let x = unsafe { _mm256_loadu_ps(x.as_ptr()) };
-        for (l, k) in lanes.iter_mut().zip(&k8) {
-            // Every key is `a.len()` long (the caller slices them so), so chunk `c` exists.
-            let y = &k[c];
-            // SAFETY: `y` is 8 `f32`s; the load is unaligned.
-            #[allow(unsafe_code)]
-            let y = unsafe { _mm256_loadu_ps(y.as_ptr()) };
-            *l = _mm256_add_ps(*l, _mm256_mul_ps(x, y));
+        let (xs, ys) = unsafe {
+            (
+                queries.map(|q| _mm256_loadu_ps(q.as_ptr().add(8 * c))),
+                keys.map(|k| _mm256_loadu_ps(k.as_ptr().add(8 * c))),
+            )
+        };
+        for (row, x) in lanes.iter_mut().zip(xs) {
+            for (l, y) in row.iter_mut().zip(ys) {
+                *l = _mm256_add_ps(*l, _mm256_mul_ps(x, y));
+            }
         }
     }
-    let done = a.len() - ra.len();
-    std::array::from_fn(|i| {
-        let l = lanes[i];
-        // h = [l0 + l4, l1 + l5, l2 + l6, l3 + l7]; then (h0 + h1) + (h2 + h3).
-        let h = _mm_add_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps::<1>(l));
-        let pairs = _mm_add_ps(h, _mm_movehdup_ps(h));
-        let mut sum = _mm_cvtss_f32(pairs) + _mm_cvtss_f32(_mm_movehl_ps(pairs, pairs));
-        for (x, y) in ra.iter().zip(&keys[i][done..]) {
-            sum += x * y;
-        }
-        sum
+    let done = 8 * chunks;
+    std::array::from_fn(|r| {
+        std::array::from_fn(|i| {
+            let l = lanes[r][i];
+            // h = [l0 + l4, l1 + l5, l2 + l6, l3 + l7]; then (h0 + h1) + (h2 + h3).
+            let h = _mm_add_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps::<1>(l));
+            let pairs = _mm_add_ps(h, _mm_movehdup_ps(h));
+            let mut sum = _mm_cvtss_f32(pairs) + _mm_cvtss_f32(_mm_movehl_ps(pairs, pairs));
+            for (x, y) in queries[r][done..].iter().zip(&keys[i][done..]) {
+                sum += x * y;
+            }
+            sum
+        })
     })
 }
 
@@ -338,39 +486,56 @@ mod tests {
         let mut rng = Rng(7);
         for len in [0, 1, 7, 8, 9, 63, 64, 255, 256, 257] {
             let a: Vec<f32> = (0..len).map(|_| rng.unit()).collect();
+            let a2: Vec<f32> = (0..len).map(|_| rng.unit()).collect();
             let b: Vec<f32> = (0..len).map(|_| rng.unit()).collect();
             // SAFETY: AVX2 and FMA were detected above.
             #[allow(unsafe_code)]
-            let [fast] = unsafe { super::dots_avx2(&a, [&b[..]]) };
+            let [[fast]] = unsafe { super::dots_avx2([&a[..]], [&b[..]]) };
             assert_eq!(fast.to_bits(), super::dot(&a, &b).to_bits(), "length {len}");
             let keys: Vec<Vec<f32>> = (0..super::KEYS_AT_ONCE)
                 .map(|_| (0..len).map(|_| rng.unit()).collect())
                 .collect();
             // SAFETY: AVX2 and FMA were detected above.
             #[allow(unsafe_code)]
-            let four: [f32; super::KEYS_AT_ONCE] =
-                unsafe { super::dots_avx2(&a, std::array::from_fn(|i| &keys[i][..])) };
-            for (got, key) in four.iter().zip(&keys) {
-                assert_eq!(got.to_bits(), super::dot(&a, key).to_bits(), "length {len}");
+            let pairs: [[f32; super::KEYS_AT_ONCE]; 2] = unsafe {
+                super::dots_avx2([&a[..], &a2[..]], std::array::from_fn(|i| &keys[i][..]))
+            };
+            for (got, query) in pairs.iter().zip([&a, &a2]) {
+                for (got, key) in got.iter().zip(&keys) {
+                    assert_eq!(
+                        got.to_bits(),
+                        super::dot(query, key).to_bits(),
+                        "length {len}"
+                    );
+                }
             }
         }
     }
 
     #[test]
-    fn the_blocked_value_sum_gives_a_key_by_key_loops_bits() {
+    fn the_blocked_value_sums_give_a_key_by_key_loops_bits() {
         let mut rng = Rng(11);
-        // 259 = four whole blocks and a remainder.
+        // 259 = four whole blocks and a remainder; 75 keys = more than two key blocks.
         let dv = 4 * super::VALUE_BLOCK + 3;
-        let keys = 9;
+        let keys = 2 * super::VALUE_KEYS + 11;
         let values: Vec<f32> = (0..keys * dv).map(|_| rng.unit()).collect();
-        let visible = [0, 2, 3, 5, 8];
-        let weights: Vec<f32> = visible.iter().map(|_| rng.unit().abs()).collect();
-        let mut blocked = vec![0f32; dv];
-        super::weighted_sum(&mut blocked, &values, &visible, &weights);
-        let mut looped = vec![0f32; dv];
-        for (&j, &w) in visible.iter().zip(&weights) {
-            for (o, &x) in looped.iter_mut().zip(&values[j * dv..][..dv]) {
-                *o += w * x;
+        // Runs starting, ending and lying inside key blocks; one query sees nothing.
+        let visible = [3..70, 0..75, 33..34, 0..0, 40..75];
+        let lo = 0;
+        let span = 75;
+        let probs: Vec<f32> = (0..visible.len() * span)
+            .map(|_| rng.unit().abs())
+            .collect();
+        let mut blocked = vec![0f32; visible.len() * dv];
+        super::weighted_sums(&mut blocked, &values, &visible, &probs, lo);
+        let mut looped = vec![0f32; visible.len() * dv];
+        for (q, seen) in visible.iter().enumerate() {
+            let dst = &mut looped[q * dv..][..dv];
+            for j in seen.clone() {
+                let w = probs[q * span + j - lo];
+                for (o, &x) in dst.iter_mut().zip(&values[j * dv..][..dv]) {
+                    *o += w * x;
+                }
             }
         }
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -394,7 +559,8 @@ mod tests {
         ];
         let mut seed = 1;
         for (hq, hkv) in [(4, 1), (4, 2), (2, 2)] {
-            for tq in [1, 2, 5] {
+            // 17 rows of 2 groups: tasks straddle a group's end.
+            for tq in [1, 2, 5, 17] {
                 for mask in masks {
                     let (tk, d) = (24, 40);
                     seed += 3;
@@ -426,6 +592,15 @@ mod tests {
             }
         }
         Ok(())
+    }
+
+    #[test]
+    fn task_ranges_are_cut_at_group_ends() {
+        let pieces: Vec<_> = super::split_at_groups(7..25, 10).collect();
+        assert_eq!(pieces, [7..10, 10..20, 20..25]);
+        let whole: Vec<_> = super::split_at_groups(0..10, 10).collect();
+        assert_eq!(whole, vec![0..10]);
+        assert_eq!(super::split_at_groups(4..4, 10).count(), 0);
     }
 
     #[test]
