@@ -47,7 +47,8 @@ const FLIP_MARGIN: f32 = 1.0;
 /// batched quantized kernel, Q8_0 / Q5_0 interleaved) over the 10 prompts: 4 identical; logits
 /// of llama.cpp's top-5 within 3.48 over 613 positions; top-1 agrees at 584/613 positions,
 /// every flip at a llama.cpp margin ≤ 0.61 (most below 0.2). Per-row layout: 4 identical,
-/// within 2.41, 588/613, margins ≤ 0.81.
+/// within 2.41, 588/613, margins ≤ 0.81. With Q4_K / Q6_K interleaved too (one integer sum per
+/// block, ggml's reference order): 5 identical, within 3.48, 584/613, margins ≤ 0.81.
 /// Tried (session 28, not kept): rounding q, k and v to f16 (llama.cpp keeps K and V in an f16
 /// cache, and ggml's f16 matmul converts its f32 operand, the queries, to f16): worst 3.48 → 2.66
 /// (rows layout 2.82), top-1 585/613 (rows 593/613), still 4/10 identical. The flips sit at

@@ -9,6 +9,7 @@ use mtp_core::quant::{GgmlType, QuantTensor};
 use super::acts::{quantize_q8_0, quantize_q8_k, BlockQ8K, BlockQ8_0, Quantized};
 use super::block32::{self, Block32};
 use super::interleaved::{Interleaved, GROUP};
+use super::interleaved_k::{self, InterleavedK};
 use super::interleaved_kernels;
 use super::pool::SpinPool;
 use super::q4_0::Q4_0;
@@ -33,8 +34,10 @@ const MIN_TASK_BYTES: usize = 32 << 10;
 pub(super) enum Weight {
     /// GGUF rows as stored.
     Rows(Arc<QuantTensor>),
-    /// The interleaved copy.
+    /// The interleaved copy of a 32-weight type.
     Interleaved(Arc<Interleaved>),
+    /// The interleaved copy of a K-quant type.
+    InterleavedK(Arc<InterleavedK>),
 }
 
 impl Weight {
@@ -42,6 +45,7 @@ impl Weight {
         match self {
             Weight::Rows(w) => w.data(),
             Weight::Interleaved(w) => w.data(),
+            Weight::InterleavedK(w) => w.data(),
         }
     }
 }
@@ -63,13 +67,15 @@ pub(super) fn matmul(
     let stride = match &weight {
         Weight::Rows(_) => cols / ty.block_size() * ty.block_bytes(),
         Weight::Interleaved(w) => w.group_bytes(),
+        Weight::InterleavedK(w) => w.group_bytes(),
     };
     let row_bytes = match &weight {
         Weight::Rows(_) => stride,
-        Weight::Interleaved(_) => stride / GROUP,
+        Weight::Interleaved(_) | Weight::InterleavedK(_) => stride / GROUP,
     };
     let per_task = rows_per_task(rows, row_bytes, pool.threads());
     let interleaved = matches!(weight, Weight::Interleaved(_));
+    let interleaved_k = matches!(weight, Weight::InterleavedK(_));
     let plan = Plan {
         weight,
         stride,
@@ -79,6 +85,7 @@ pub(super) fn matmul(
     };
     match ty {
         _ if interleaved => plan.run(pool, interleaved_kernel(simd), quantize_q8_0(x, n, cols)?),
+        _ if interleaved_k => plan.run(pool, interleaved_k_kernel(simd), quantize_q8_k(x, cols)),
         GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 => {
             plan.run(pool, block32_kernel(ty, simd), quantize_q8_0(x, n, cols)?)
         }
@@ -144,6 +151,14 @@ fn interleaved_kernel(simd: Simd) -> Kernel<BlockQ8_0> {
     }
 }
 
+fn interleaved_k_kernel(simd: Simd) -> Kernel<BlockQ8K> {
+    match simd {
+        Simd::Avx2 => interleaved_k_avx2,
+        Simd::Avx512Vnni => interleaved_k_vnni,
+        Simd::Scalar | Simd::Neon => interleaved_k::groups_scalar,
+    }
+}
+
 fn block32_kernel(ty: GgmlType, simd: Simd) -> Kernel<BlockQ8_0> {
     fn pick<B: Block32>(simd: Simd) -> Kernel<BlockQ8_0> {
         match simd {
@@ -201,12 +216,12 @@ macro_rules! checked_kernel {
 
 /// [`checked_kernel!`] for the interleaved layout's kernels (no block-type parameter).
 macro_rules! checked_group_kernel {
-    ($name:ident = $kernel:ident on $simd:expr) => {
+    ($name:ident($act:ty) = $module:ident::$kernel:ident on $simd:expr) => {
         fn $name(
             w: &[u8],
             group_bytes: usize,
             rows: Range<usize>,
-            acts: &Quantized<BlockQ8_0>,
+            acts: &Quantized<$act>,
             out: &mut [&mut [f32]],
         ) {
             #[cfg(target_arch = "x86_64")]
@@ -214,15 +229,17 @@ macro_rules! checked_group_kernel {
                 // SAFETY: the kernel's instruction set was detected just now; the group and
                 // block sizes come from the weight's checked shape (every slice access inside
                 // is bounds-checked).
-                return unsafe { interleaved_kernels::$kernel(w, group_bytes, rows, acts, out) };
+                return unsafe { $module::$kernel(w, group_bytes, rows, acts, out) };
             }
-            interleaved_kernels::groups_scalar(w, group_bytes, rows, acts, out)
+            $module::groups_scalar(w, group_bytes, rows, acts, out)
         }
     };
 }
 
-checked_group_kernel!(interleaved_avx2 = groups_avx2 on Simd::Avx2);
-checked_group_kernel!(interleaved_vnni = groups_vnni on Simd::Avx512Vnni);
+checked_group_kernel!(interleaved_avx2(BlockQ8_0) = interleaved_kernels::groups_avx2 on Simd::Avx2);
+checked_group_kernel!(interleaved_vnni(BlockQ8_0) = interleaved_kernels::groups_vnni on Simd::Avx512Vnni);
+checked_group_kernel!(interleaved_k_avx2(BlockQ8K) = interleaved_k::groups_avx2 on Simd::Avx2);
+checked_group_kernel!(interleaved_k_vnni(BlockQ8K) = interleaved_k::groups_vnni on Simd::Avx512Vnni);
 
 checked_kernel!(block32_avx2<Block32>(BlockQ8_0) = block32::rows_avx2 on Simd::Avx2, "x86_64");
 checked_kernel!(block32_vnni<Block32>(BlockQ8_0) = block32::rows_vnni on Simd::Avx512Vnni, "x86_64");

@@ -48,7 +48,7 @@ pub(super) fn groups_scalar(
 
 /// `out[r - rows.start] = acc[lane]` for the rows of group `g` inside `rows`.
 #[inline(always)]
-fn store(out: &mut [f32], g: usize, rows: &Range<usize>, acc: &[f32; GROUP]) {
+pub(super) fn store(out: &mut [f32], g: usize, rows: &Range<usize>, acc: &[f32; GROUP]) {
     for (lane, &a) in acc.iter().enumerate() {
         let r = g * GROUP + lane;
         if rows.contains(&r) {
@@ -102,10 +102,18 @@ unsafe fn chunk_vnni<const M: usize>(
             );
         }
     }
+    lanes_512(acc)
+}
+
+/// Each 512-bit accumulator's 16 lanes (one per row of the group).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) fn lanes_512<const M: usize>(acc: [std::arch::x86_64::__m512; M]) -> [[f32; GROUP]; M] {
     let mut out = [[0f32; GROUP]; M];
     for (o, a) in out.iter_mut().zip(acc) {
         // SAFETY: `o` is 16 `f32`s; the store is unaligned.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+        unsafe { std::arch::x86_64::_mm512_storeu_ps(o.as_mut_ptr(), a) };
     }
     out
 }
@@ -208,19 +216,23 @@ fn run_word(x: &BlockQ8_0, k: usize) -> i32 {
 
 /// A group kernel whose chunk body `$chunk::<M>(group, chunk rows) -> [[f32; GROUP]; M]` is
 /// monomorphised for every chunk size `M` in `1..=ROW_CHUNK`, called per group and chunk of
-/// activation rows; the generated function has the chunk body's target features `$features`.
+/// activation rows (of block type `$act`); the generated function has the chunk body's target
+/// features `$features`. Shared by both interleaved layouts.
 #[cfg(target_arch = "x86_64")]
 macro_rules! group_kernel {
-    ($(#[$doc:meta])* $vis:vis unsafe fn $name:ident = $chunk:ident, $features:literal) => {
+    ($(#[$doc:meta])* $vis:vis unsafe fn $name:ident($act:ty) = $chunk:ident, $features:literal) => {
         $(#[$doc])*
         #[target_feature(enable = $features)]
         $vis unsafe fn $name(
             data: &[u8],
             group_bytes: usize,
-            rows: Range<usize>,
-            acts: &Quantized<BlockQ8_0>,
+            rows: std::ops::Range<usize>,
+            acts: &$crate::qmatmul::acts::Quantized<$act>,
             out: &mut [&mut [f32]],
         ) {
+            use $crate::qmatmul::interleaved::GROUP;
+            use $crate::qmatmul::interleaved_kernels::store_chunk;
+            use $crate::qmatmul::ROW_CHUNK;
             let n = out.len();
             let chunks = acts.row_chunks(n);
             for g in rows.start / GROUP..rows.end.div_ceil(GROUP) {
@@ -248,9 +260,12 @@ macro_rules! group_kernel {
     };
 }
 
+#[cfg(target_arch = "x86_64")]
+pub(super) use group_kernel;
+
 /// [`store`] for each activation row of a chunk.
 #[inline(always)]
-fn store_chunk<const M: usize>(
+pub(super) fn store_chunk<const M: usize>(
     out: &mut [&mut [f32]],
     g: usize,
     rows: &Range<usize>,
@@ -268,7 +283,7 @@ group_kernel! {
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C. `data` must hold every group covering `rows`
     /// (`group_bytes` each, whole group blocks), matching `acts`' blocks per row.
-    pub(super) unsafe fn groups_avx2 = chunk_avx2, "avx2,fma,f16c"
+    pub(super) unsafe fn groups_avx2(BlockQ8_0) = chunk_avx2, "avx2,fma,f16c"
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -278,5 +293,5 @@ group_kernel! {
     /// # Safety
     /// The CPU must have AVX2, FMA, F16C, AVX-512F, AVX-512VL and AVX-512 VNNI. `data` as for
     /// [`groups_avx2`].
-    pub(super) unsafe fn groups_vnni = chunk_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
+    pub(super) unsafe fn groups_vnni(BlockQ8_0) = chunk_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
 }

@@ -15,9 +15,10 @@
 //!
 //! * Types: [`QuantMatMul::supports`] — Q8_0, Q5_0, Q4_0, Q4_K, Q6_K. Other GGUF types keep
 //!   candle's `QMatMul` (the backend says so once per type).
-//! * Layout: [`Layout`] — Q8_0 and Q5_0 are rearranged at load on x86-64 into groups of 16
-//!   interleaved rows (one 512-bit byte dot product advances 16 rows' sums, one 256-bit one 8:
-//!   about a third of the per-row kernel's instructions), the other types run on their GGUF rows as stored.
+//! * Layout: [`Layout`] — Q8_0, Q5_0, Q4_K and Q6_K are rearranged at load on x86-64 into
+//!   groups of 16 interleaved rows (one 512-bit byte dot product advances 16 rows' sums, one
+//!   256-bit one 8: about a third of the per-row kernel's instructions); Q4_0 (and every type on
+//!   other CPUs) runs on its GGUF rows as stored.
 //! * Instruction set: [`Simd::best`], detected at run time — AVX-512 VNNI, else AVX2 + FMA on
 //!   x86-64, NEON on aarch64, else the portable scalar kernels (which are also the tests'
 //!   oracle for the SIMD ones).
@@ -35,6 +36,8 @@ mod cpu;
 #[allow(unsafe_code)]
 mod dispatch;
 mod interleaved;
+#[allow(unsafe_code)]
+mod interleaved_k;
 #[allow(unsafe_code)]
 mod interleaved_kernels;
 pub mod pool;
@@ -107,8 +110,9 @@ pub enum QMatMulError {
 pub enum Layout {
     /// The GGUF rows as stored, shared with the loaded tensor (every supported type).
     Rows,
-    /// Q8_0 and Q5_0 only: groups of 16 rows interleaved in 4-weight runs, every weight widened
-    /// to 8 bits (a copy made at load; exact, the GGUF bytes can be rebuilt from it).
+    /// Q8_0, Q5_0, Q4_K and Q6_K: groups of 16 rows interleaved in 4-weight runs, every weight
+    /// widened to 8 bits (a copy made at load; exact: the 32-weight types' GGUF bytes are rebuilt
+    /// from it, the K-quant tensors are kept beside it).
     Interleaved,
 }
 
@@ -124,7 +128,9 @@ impl Layout {
     pub fn supports(self, ty: GgmlType) -> bool {
         match self {
             Layout::Rows => QuantMatMul::supports(ty),
-            Layout::Interleaved => interleaved::Interleaved::supports(ty),
+            Layout::Interleaved => {
+                interleaved::Interleaved::supports(ty) || interleaved_k::InterleavedK::supports(ty)
+            }
         }
     }
 
@@ -169,6 +175,7 @@ pub struct QuantMatMul {
 enum Storage {
     Rows(Arc<QuantTensor>),
     Interleaved(Arc<interleaved::Interleaved>),
+    InterleavedK(Arc<interleaved_k::InterleavedK>),
 }
 
 impl QuantMatMul {
@@ -193,9 +200,13 @@ impl QuantMatMul {
         let shape = weight.shape();
         let storage = match layout {
             Layout::Rows => Storage::Rows(weight),
-            Layout::Interleaved => match interleaved::Interleaved::new(&weight) {
-                Some(w) => Storage::Interleaved(Arc::new(w)),
-                None => {
+            Layout::Interleaved => match (
+                interleaved::Interleaved::new(&weight),
+                interleaved_k::InterleavedK::new(&weight),
+            ) {
+                (Some(w), _) => Storage::Interleaved(Arc::new(w)),
+                (None, Some(w)) => Storage::InterleavedK(Arc::new(w)),
+                (None, None) => {
                     return Err(QMatMulError::UnsupportedFormat {
                         format: format!("GGUF {ty} in the interleaved layout"),
                     })
@@ -231,7 +242,7 @@ impl QuantMatMul {
     pub fn layout(&self) -> Layout {
         match self.storage {
             Storage::Rows(_) => Layout::Rows,
-            Storage::Interleaved(_) => Layout::Interleaved,
+            Storage::Interleaved(_) | Storage::InterleavedK(_) => Layout::Interleaved,
         }
     }
 
@@ -240,6 +251,7 @@ impl QuantMatMul {
         match &self.storage {
             Storage::Rows(w) => w.data().len(),
             Storage::Interleaved(w) => w.data().len(),
+            Storage::InterleavedK(w) => w.data().len(),
         }
     }
 
@@ -248,6 +260,7 @@ impl QuantMatMul {
     pub fn decode_rows(&self, ids: &[usize]) -> Result<Vec<f32>, QMatMulError> {
         match &self.storage {
             Storage::Rows(w) => Ok(w.dequantize_rows(ids)?),
+            Storage::InterleavedK(w) => Ok(w.source().dequantize_rows(ids)?),
             Storage::Interleaved(w) => {
                 let [rows, cols] = self.shape;
                 let mut out = vec![0f32; ids.len() * cols];
@@ -268,6 +281,7 @@ impl QuantMatMul {
         match &self.storage {
             Storage::Rows(w) => Ok(w.clone()),
             Storage::Interleaved(w) => Ok(Arc::new(w.to_tensor()?)),
+            Storage::InterleavedK(w) => Ok(w.source().clone()),
         }
     }
 
@@ -308,6 +322,7 @@ impl QuantMatMul {
         let weight = match &self.storage {
             Storage::Rows(w) => dispatch::Weight::Rows(w.clone()),
             Storage::Interleaved(w) => dispatch::Weight::Interleaved(w.clone()),
+            Storage::InterleavedK(w) => dispatch::Weight::InterleavedK(w.clone()),
         };
         dispatch::matmul(self.ty, weight, self.shape, x, n, simd, pool)
     }

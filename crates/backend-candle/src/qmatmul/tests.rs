@@ -410,13 +410,13 @@ fn vnni_kernels_give_the_avx2_kernels_bits() {
 }
 
 #[test]
-fn the_interleaved_layout_is_exact_and_only_for_q8_0_and_q5_0() {
+fn the_interleaved_layout_is_exact_and_not_for_q4_0() {
     for (t, ty) in TYPES.into_iter().enumerate() {
         // Rows not a multiple of the group; a padded last group.
         let (rows, cols) = (21 + t, 2 * ty.block_size());
         let w = Arc::new(random_tensor(ty, rows, cols, 300 + t as u64));
         let k = QuantMatMul::with_layout(w.clone(), Layout::Interleaved);
-        if !matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0) {
+        if ty == GgmlType::Q4_0 {
             assert!(
                 matches!(k, Err(QMatMulError::UnsupportedFormat { .. })),
                 "{ty}"
@@ -439,6 +439,33 @@ fn the_interleaved_layout_is_exact_and_only_for_q8_0_and_q5_0() {
             k.decode_rows(&[rows]),
             Err(QMatMulError::Quant(QuantError::RowOutOfRange { .. }))
         ));
+    }
+}
+
+#[test]
+fn the_interleaved_k_quants_give_the_portable_row_kernels_bits() {
+    // The K-quant copy keeps each block's decoded form and the portable kernel's order of
+    // operations, so every instruction set on it gives the scalar row kernel's bits.
+    let mut rng = Rng(77);
+    for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+        for n in ROW_COUNTS {
+            let (rows, cols) = (1 + (rng.next() % 100) as usize, 3 * QK_K);
+            let w = Arc::new(random_tensor(ty, rows, cols, rng.next()));
+            let x = random_x(n, cols, rng.next());
+            let want = QuantMatMul::with_layout(w.clone(), Layout::Rows)
+                .and_then(|k| k.forward_with(&x, n, Simd::Scalar))
+                .expect("rows");
+            let k = QuantMatMul::with_layout(w, Layout::Interleaved).expect("interleaved");
+            for simd in Simd::available() {
+                let got = k.forward_with(&x, n, simd).expect("interleaved");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{ty} {simd} n={n} [{rows}, {cols}]"
+                );
+            }
+        }
     }
 }
 

@@ -1,0 +1,365 @@
+//! A load-time layout for the 256-weight K-quant types (Q4_K, Q6_K), the counterpart of the
+//! [32-weight one](super::interleaved): the decoded quants of [`GROUP`] consecutive rows, block
+//! by block, interleaved in 4-weight runs as unsigned bytes, so one 512-bit byte dot product
+//! (`vpdpbusd`) advances the sums of all 16 rows against a broadcast run of Q8_K activations
+//! (with AVX2, `maddubs` + `madd` per half of 8 rows). The per-row kernel spends, per row and
+//! block, two instructions per 32 weights plus the scales, the minimums and a conversion; here
+//! the group's rows share them, and no horizontal sum is left.
+//!
+//! Each row keeps its block's decoded form ([`Decoded`]: `d`, `dbias` as `f32`, 256 unsigned
+//! quants, an integer scale and an integer bias multiplier per 16 weights), so the products are
+//! the portable kernel's ([`superblock::rows_scalar`](super::superblock::rows_scalar)) bit for
+//! bit: per block the exact integer sums `Σ_g scale_g Σ q x` and `Σ_g bias_g bsum_g`, then
+//! `acc += (d·d_x)·sum − (dbias·d_x)·bias` in `f32`, unfused, blocks in order. The per-row SIMD
+//! kernels sum eight lanes per row and add them at the end, so the two layouts differ by `f32`
+//! rounding.
+//!
+//! Bytes, per group `g` (rows `16 g .. 16 g + 16`, the last group padded with zero rows) and
+//! per block `b` of the row, [`SUPER_GROUP_BYTES`] in all:
+//! * `d` of the 16 rows, `f32` (64 bytes), then `dbias` (64 bytes);
+//! * per group of 16 weights (16 groups), the 16 rows' scales as `i8` (256 bytes);
+//! * per pair of those groups (8 pairs), each row's two bias multipliers as `i16` (512 bytes);
+//! * per run `k` of 4 weights (64 runs), each row's 4 quants, row after row (4096 bytes).
+//!
+//! A Q4_K block grows from 144 to 312 bytes per row, a Q6_K one from 210 (the quants widened to
+//! 8 bits); the GGUF tensor is kept beside the copy for row lookups and rebuilding.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use mtp_core::quant::{GgmlType, QuantTensor, QK_K};
+
+use super::acts::{BlockQ8K, Quantized};
+use super::interleaved::GROUP;
+use super::q4_k::Q4K;
+use super::q6_k::Q6K;
+use super::superblock::SuperBlock;
+use super::ROW_CHUNK;
+
+/// Groups of 16 weights in a block.
+const GROUPS: usize = QK_K / 16;
+
+/// Where each part of a group block starts.
+const DBIAS_AT: usize = 4 * GROUP;
+const SCALE_AT: usize = 8 * GROUP;
+const BIAS_AT: usize = SCALE_AT + GROUPS * GROUP;
+const QUANT_AT: usize = BIAS_AT + GROUPS / 2 * 4 * GROUP;
+
+/// Bytes of one block of a group.
+pub(super) const SUPER_GROUP_BYTES: usize = QUANT_AT + QK_K * GROUP;
+
+/// A Q4_K or Q6_K weight in the interleaved layout, with the GGUF tensor it was made from.
+#[derive(Debug, Clone)]
+pub(super) struct InterleavedK {
+    data: Vec<u8>,
+    source: Arc<QuantTensor>,
+    cols: usize,
+}
+
+impl InterleavedK {
+    /// Whether GGUF type `ty` has this layout.
+    pub fn supports(ty: GgmlType) -> bool {
+        matches!(ty, GgmlType::Q4K | GgmlType::Q6K)
+    }
+
+    /// `tensor` (a type [`supports`](Self::supports) accepts) rearranged, or `None` for
+    /// another type.
+    pub fn new(tensor: &Arc<QuantTensor>) -> Option<Self> {
+        let mtp_core::quant::QuantFormat::Ggml(ty) = tensor.format() else {
+            return None;
+        };
+        let [rows, cols] = tensor.shape();
+        let data = match ty {
+            GgmlType::Q4K => interleave::<Q4K>(tensor.data(), rows, cols),
+            GgmlType::Q6K => interleave::<Q6K>(tensor.data(), rows, cols),
+            _ => return None,
+        };
+        Some(Self {
+            data,
+            source: tensor.clone(),
+            cols,
+        })
+    }
+
+    /// The layout's bytes (groups after groups).
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Bytes per group of [`GROUP`] rows.
+    pub fn group_bytes(&self) -> usize {
+        self.cols / QK_K * SUPER_GROUP_BYTES
+    }
+
+    /// The GGUF tensor it was made from.
+    pub fn source(&self) -> &Arc<QuantTensor> {
+        &self.source
+    }
+}
+
+/// `rows × cols` blocks of `B` (row-major GGUF bytes) in the interleaved layout.
+fn interleave<B: SuperBlock>(weights: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    let blocks = cols / QK_K;
+    let row_bytes = blocks * B::BYTES;
+    // Padding rows: every scale, multiplier and quant 0 (their sums are 0, and never stored).
+    let mut out = vec![0u8; rows.div_ceil(GROUP) * blocks * SUPER_GROUP_BYTES];
+    for (g, group) in out.chunks_exact_mut(blocks * SUPER_GROUP_BYTES).enumerate() {
+        for (b, dst) in group.chunks_exact_mut(SUPER_GROUP_BYTES).enumerate() {
+            for lane in 0..GROUP.min(rows - g * GROUP) {
+                let r = g * GROUP + lane;
+                let w = B::decode(&weights[r * row_bytes + b * B::BYTES..][..B::BYTES]);
+                dst[4 * lane..][..4].copy_from_slice(&w.d.to_le_bytes());
+                dst[DBIAS_AT + 4 * lane..][..4].copy_from_slice(&w.dbias.to_le_bytes());
+                for (i, (&scale, &bias)) in w.scale.iter().zip(&w.bias).enumerate() {
+                    // Q4_K scales are 0..=63 and Q6_K's `i8`; the multipliers (Q4_K minimums
+                    // 0..=63, Q6_K `32·scale`) fit `i16`.
+                    dst[SCALE_AT + i * GROUP + lane] = scale as i8 as u8;
+                    let at = BIAS_AT + (i / 2) * 4 * GROUP + 4 * lane + 2 * (i % 2);
+                    dst[at..at + 2].copy_from_slice(&(bias as i16).to_le_bytes());
+                }
+                for (i, &q) in w.q.iter().enumerate() {
+                    dst[QUANT_AT + (i / 4) * 4 * GROUP + 4 * lane + i % 4] = q;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The `f32` at byte `at` of `b`.
+fn f32_at(b: &[u8], at: usize) -> f32 {
+    f32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The portable kernel over the layout (the same arguments as the 32-weight interleaved
+/// kernels): per group, activation row and block, the two exact integer sums per row, then the
+/// `f32` steps of [`superblock::rows_scalar`](super::superblock::rows_scalar).
+pub(super) fn groups_scalar(
+    data: &[u8],
+    group_bytes: usize,
+    rows: Range<usize>,
+    acts: &Quantized<BlockQ8K>,
+    out: &mut [&mut [f32]],
+) {
+    for g in rows.start / GROUP..rows.end.div_ceil(GROUP) {
+        let group = &data[g * group_bytes..][..group_bytes];
+        for (j, out) in out.iter_mut().enumerate() {
+            let mut acc = [0f32; GROUP];
+            for (block, x) in group.chunks_exact(SUPER_GROUP_BYTES).zip(acts.row(j)) {
+                for (lane, a) in acc.iter_mut().enumerate() {
+                    let (mut sum, mut bias) = (0i32, 0i32);
+                    for (i, (xq, &bsum)) in x.qs.chunks_exact(16).zip(&x.bsums).enumerate() {
+                        let group_sum: i32 = (0..16)
+                            .map(|l| {
+                                let at = QUANT_AT + (4 * i + l / 4) * 4 * GROUP + 4 * lane + l % 4;
+                                i32::from(block[at]) * i32::from(xq[l])
+                            })
+                            .sum();
+                        sum += i32::from(block[SCALE_AT + i * GROUP + lane] as i8) * group_sum;
+                        let at = BIAS_AT + (i / 2) * 4 * GROUP + 4 * lane + 2 * (i % 2);
+                        let multiplier = i16::from_le_bytes([block[at], block[at + 1]]);
+                        bias += i32::from(multiplier) * i32::from(bsum);
+                    }
+                    let (d, dbias) = (f32_at(block, 4 * lane), f32_at(block, DBIAS_AT + 4 * lane));
+                    *a += (d * x.d) * sum as f32 - (dbias * x.d) * bias as f32;
+                }
+            }
+            super::interleaved_kernels::store(out, g, &rows, &acc);
+        }
+    }
+}
+
+/// Quants `4 k .. 4 k + 4` of an activation block as one little-endian word.
+#[inline(always)]
+fn run_word(x: &BlockQ8K, k: usize) -> i32 {
+    let q = &x.qs[4 * k..4 * k + 4];
+    i32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8])
+}
+
+/// Bias sums `2 p, 2 p + 1` of an activation block as one word (the `i16` pair `madd` takes).
+#[inline(always)]
+fn bsum_pair(x: &BlockQ8K, p: usize) -> i32 {
+    let [a, b] = [
+        x.bsums[2 * p].to_le_bytes(),
+        x.bsums[2 * p + 1].to_le_bytes(),
+    ];
+    i32::from_le_bytes([a[0], a[1], b[0], b[1]])
+}
+
+/// One group against a chunk of `M` activation rows with AVX-512 VNNI: per block and group of
+/// 16 weights, four `vpdpbusd` (unsigned quants, all 16 rows in one register, against a
+/// broadcast run of activations) times the rows' scales; the bias sums by `vpdpwssd` of the
+/// multiplier pairs with the activations' `bsums` pairs; then the unfused `f32` steps.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, F16C, AVX-512F, AVX-512VL and AVX-512 VNNI; `group` is whole
+/// group blocks, no more than each activation row of `xs` has.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn chunk_vnni<const M: usize>(
+    group: &[u8],
+    xs: &[&[BlockQ8K]; ROW_CHUNK],
+) -> [[f32; GROUP]; M] {
+    use std::arch::x86_64::*;
+
+    let mut acc = [_mm512_setzero_ps(); M];
+    for (b, block) in group.chunks_exact(SUPER_GROUP_BYTES).enumerate() {
+        super::simd_x86::prefetch_block_ahead::<{ super::simd_x86::PREFETCH_BYTES_INTERLEAVED }>(
+            block,
+        );
+        assert!(block.len() >= SUPER_GROUP_BYTES);
+        let p = block.as_ptr();
+        let mut sums = [_mm512_setzero_si512(); M];
+        for i in 0..GROUPS {
+            // SAFETY: group `i < 16`'s scales are bytes `SCALE_AT + 16 i ..` (16) and its runs
+            // `4 i .. 4 i + 4` bytes `QUANT_AT + 64 k ..` (64 each) of the (checked) block.
+            let (scale, w) = unsafe {
+                (
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(SCALE_AT + GROUP * i).cast())),
+                    [0, 1, 2, 3]
+                        .map(|r| _mm512_loadu_si512(p.add(QUANT_AT + 64 * (4 * i + r)).cast())),
+                )
+            };
+            for (sum, x) in sums.iter_mut().zip(xs) {
+                let x = &x[b];
+                let mut dot = _mm512_setzero_si512();
+                for (r, &w) in w.iter().enumerate() {
+                    dot = _mm512_dpbusd_epi32(dot, w, _mm512_set1_epi32(run_word(x, 4 * i + r)));
+                }
+                *sum = _mm512_add_epi32(*sum, _mm512_mullo_epi32(dot, scale));
+            }
+        }
+        let mut biases = [_mm512_setzero_si512(); M];
+        for pair in 0..GROUPS / 2 {
+            // SAFETY: pair `< 8`'s multipliers are bytes `BIAS_AT + 64 pair ..` (64).
+            let m = unsafe { _mm512_loadu_si512(p.add(BIAS_AT + 4 * GROUP * pair).cast()) };
+            for (bias, x) in biases.iter_mut().zip(xs) {
+                let pair = _mm512_set1_epi32(bsum_pair(&x[b], pair));
+                *bias = _mm512_dpwssd_epi32(*bias, m, pair);
+            }
+        }
+        // SAFETY: `d` and `dbias` are bytes `0 .. 64` and `64 .. 128`; unaligned loads.
+        let (d, dbias) = unsafe {
+            (
+                _mm512_loadu_ps(p.cast()),
+                _mm512_loadu_ps(p.add(DBIAS_AT).cast()),
+            )
+        };
+        for (((a, x), sum), bias) in acc.iter_mut().zip(xs).zip(sums).zip(biases) {
+            let xd = _mm512_set1_ps(x[b].d);
+            let quant = _mm512_mul_ps(_mm512_mul_ps(d, xd), _mm512_cvtepi32_ps(sum));
+            let offset = _mm512_mul_ps(_mm512_mul_ps(dbias, xd), _mm512_cvtepi32_ps(bias));
+            *a = _mm512_add_ps(*a, _mm512_sub_ps(quant, offset));
+        }
+    }
+    super::interleaved_kernels::lanes_512(acc)
+}
+
+/// [`chunk_vnni`] with AVX2, one half of the group (8 rows) at a time: per run `maddubs` of the
+/// unsigned quants with the broadcast activations (`q ≤ 63`, `|x| ≤ 128`: a pair fits `i16`, and
+/// so do two runs' pairs added), widened by `madd` with ones; the scales by `mullo`, the bias
+/// sums by `madd` of the multiplier pairs. The same exact sums and `f32` steps: the same bits.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `group` as for [`chunk_vnni`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn chunk_avx2<const M: usize>(
+    group: &[u8],
+    xs: &[&[BlockQ8K]; ROW_CHUNK],
+) -> [[f32; GROUP]; M] {
+    use std::arch::x86_64::*;
+
+    let ones = _mm256_set1_epi16(1);
+    let mut out = [[0f32; GROUP]; M];
+    for half in 0..2 {
+        let mut acc = [_mm256_setzero_ps(); M];
+        for (b, block) in group.chunks_exact(SUPER_GROUP_BYTES).enumerate() {
+            super::simd_x86::prefetch_block_ahead::<{ super::simd_x86::PREFETCH_BYTES_INTERLEAVED }>(
+                block,
+            );
+            assert!(block.len() >= SUPER_GROUP_BYTES && half < 2);
+            let p = block.as_ptr();
+            let mut sums = [_mm256_setzero_si256(); M];
+            for i in 0..GROUPS {
+                // SAFETY: the half's 8 scales of group `i < 16` are bytes `SCALE_AT + 16 i +
+                // 8 half ..`, its half of run `k` bytes `QUANT_AT + 64 k + 32 half ..` (32) of
+                // the (checked) block.
+                let (scale, w) = unsafe {
+                    (
+                        _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                            p.add(SCALE_AT + GROUP * i + 8 * half).cast(),
+                        )),
+                        [0, 1, 2, 3].map(|r| {
+                            _mm256_loadu_si256(
+                                p.add(QUANT_AT + 64 * (4 * i + r) + 32 * half).cast(),
+                            )
+                        }),
+                    )
+                };
+                for (sum, x) in sums.iter_mut().zip(xs) {
+                    let x = &x[b];
+                    let run = |r: usize| {
+                        _mm256_maddubs_epi16(w[r], _mm256_set1_epi32(run_word(x, 4 * i + r)))
+                    };
+                    let low = _mm256_madd_epi16(_mm256_add_epi16(run(0), run(1)), ones);
+                    let high = _mm256_madd_epi16(_mm256_add_epi16(run(2), run(3)), ones);
+                    let dot = _mm256_add_epi32(low, high);
+                    *sum = _mm256_add_epi32(*sum, _mm256_mullo_epi32(dot, scale));
+                }
+            }
+            let mut biases = [_mm256_setzero_si256(); M];
+            for pair in 0..GROUPS / 2 {
+                // SAFETY: the half's multipliers of pair `< 8` are bytes `BIAS_AT + 64 pair +
+                // 32 half ..` (32).
+                let m = unsafe {
+                    _mm256_loadu_si256(p.add(BIAS_AT + 4 * GROUP * pair + 32 * half).cast())
+                };
+                for (bias, x) in biases.iter_mut().zip(xs) {
+                    let pair = _mm256_set1_epi32(bsum_pair(&x[b], pair));
+                    *bias = _mm256_add_epi32(*bias, _mm256_madd_epi16(m, pair));
+                }
+            }
+            // SAFETY: the half's `d` and `dbias` are bytes `32 half ..` and `64 + 32 half ..`.
+            let (d, dbias) = unsafe {
+                (
+                    _mm256_loadu_ps(p.add(32 * half).cast()),
+                    _mm256_loadu_ps(p.add(DBIAS_AT + 32 * half).cast()),
+                )
+            };
+            for (((a, x), sum), bias) in acc.iter_mut().zip(xs).zip(sums).zip(biases) {
+                let xd = _mm256_set1_ps(x[b].d);
+                let quant = _mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(sum));
+                let offset = _mm256_mul_ps(_mm256_mul_ps(dbias, xd), _mm256_cvtepi32_ps(bias));
+                *a = _mm256_add_ps(*a, _mm256_sub_ps(quant, offset));
+            }
+        }
+        for (o, a) in out.iter_mut().zip(acc) {
+            // SAFETY: `o[8 half ..]` is 8 `f32`s; the store is unaligned.
+            unsafe { _mm256_storeu_ps(o[8 * half..].as_mut_ptr(), a) };
+        }
+    }
+    out
+}
+
+#[cfg(target_arch = "x86_64")]
+super::interleaved_kernels::group_kernel! {
+    /// [`groups_scalar`] with AVX2 ([`chunk_avx2`]); the same bits.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C. `data` must hold every group covering `rows`
+    /// (`group_bytes` each, whole group blocks), matching `acts`' blocks per row.
+    pub(super) unsafe fn groups_avx2(BlockQ8K) = chunk_avx2, "avx2,fma,f16c"
+}
+
+#[cfg(target_arch = "x86_64")]
+super::interleaved_kernels::group_kernel! {
+    /// [`groups_scalar`] with AVX-512 VNNI ([`chunk_vnni`]); the same bits.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA, F16C, AVX-512F, AVX-512VL and AVX-512 VNNI. `data` as for
+    /// [`groups_avx2`].
+    pub(super) unsafe fn groups_vnni(BlockQ8K) = chunk_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
+}
