@@ -186,8 +186,21 @@ def summarise(reps: list[dict], per_token: int) -> dict:
             "llama_cpp_lookup_identical": {k: all(r["sets"][name]["llama_cpp"]["identical"][k] for r in reps)
                                            for k in first["llama_cpp"]["identical"]},
             "verify_cost_curve": verify,
+            "verify_ratio_median": verify_ratio_median([r["sets"][name]["ours"]["verify_secs"] for r in reps]),
         }
     return out
+
+
+def verify_ratio_median(curves: list[list[dict]]) -> dict[int, float]:
+    """Per width w, the median over repetitions of t_v(w)/t_v(1), each ratio within one repetition
+    (machine drift between repetitions cancels in the ratio)."""
+    per_rep = []
+    for curve in curves:
+        medians = {c["width"]: c["secs"]["median"] for c in curve if c.get("secs")}
+        if medians.get(1):
+            per_rep.append({w: t / medians[1] for w, t in medians.items()})
+    widths = sorted(set().union(*per_rep)) if per_rep else []
+    return {w: median([r[w] for r in per_rep if w in r]) for w in widths}
 
 
 def render(summary: dict) -> str:
@@ -204,8 +217,24 @@ def render(summary: dict) -> str:
         if 1 in curve:
             ratios = ", ".join(f"t_v({w})/t_v(1) {t / curve[1]:.2f}" for w, t in sorted(curve.items()) if w > 1)
             lines.append(f"verify cost (ours, first rep): t_v(1) {curve[1] * 1e3:.1f} ms; {ratios}")
+        per_rep = s.get("verify_ratio_median") or {}
+        if per_rep:
+            ratios = ", ".join(f"t_v({w})/t_v(1) {r:.2f}" for w, r in sorted(per_rep.items(), key=lambda i: int(i[0]))
+                               if int(w) > 1)
+            lines.append(f"verify cost (ours, median over repetitions of each one's ratio): {ratios}")
     return "\n".join(lines)
 
 
+def resummarise(path: Path) -> None:
+    """Recompute and print the summary of a finished run's `summary.json` (its repetitions kept)."""
+    report = json.loads(path.read_text())
+    report["summary"] = summarise(report["reps"], report["setup"]["bytes_per_token"])
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(render(report["summary"]))
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--resummarise":
+        resummarise(Path(sys.argv[2]))
+    else:
+        main()
