@@ -25,6 +25,7 @@
 //! 8 bits); the GGUF tensor is kept beside the copy for row lookups and rebuilding.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use mtp_core::quant::{GgmlType, QuantTensor, QK_K};
@@ -48,8 +49,17 @@ const QUANT_AT: usize = BIAS_AT + GROUPS / 2 * 4 * GROUP;
 /// Bytes of one block of a group.
 pub(super) const SUPER_GROUP_BYTES: usize = QUANT_AT + QK_K * GROUP;
 
+/// The most bytes of interleaved K-quant copies alive at once in the process: each copy is
+/// memory on top of its GGUF tensor (2.2× a Q4_K tensor's bytes, 1.5× a Q6_K one's), so large
+/// models keep their rows beyond this (about the K-quant layers of a 2B-parameter Q4_K_M model).
+pub(super) const COPY_BUDGET_BYTES: usize = 1 << 30;
+
+/// Bytes of the interleaved K-quant copies alive now.
+static COPY_BYTES: AtomicUsize = AtomicUsize::new(0);
+
 /// A Q4_K or Q6_K weight in the interleaved layout, with the GGUF tensor it was made from.
-#[derive(Debug, Clone)]
+/// Not `Clone`: its bytes are counted against [`COPY_BUDGET_BYTES`] until it is dropped.
+#[derive(Debug)]
 pub(super) struct InterleavedK {
     data: Vec<u8>,
     source: Arc<QuantTensor>,
@@ -62,23 +72,31 @@ impl InterleavedK {
         matches!(ty, GgmlType::Q4K | GgmlType::Q6K)
     }
 
-    /// `tensor` (a type [`supports`](Self::supports) accepts) rearranged, or `None` for
-    /// another type.
-    pub fn new(tensor: &Arc<QuantTensor>) -> Option<Self> {
+    /// `tensor` (a type [`supports`](Self::supports) accepts) rearranged: `Ok(None)` for
+    /// another type, `Err(bytes)` (the copy's size) if the copy would take the copies alive past
+    /// [`COPY_BUDGET_BYTES`].
+    pub fn new(tensor: &Arc<QuantTensor>) -> Result<Option<Self>, usize> {
         let mtp_core::quant::QuantFormat::Ggml(ty) = tensor.format() else {
-            return None;
+            return Ok(None);
         };
+        if !Self::supports(ty) {
+            return Ok(None);
+        }
         let [rows, cols] = tensor.shape();
+        let bytes = rows.div_ceil(GROUP) * (cols / QK_K) * SUPER_GROUP_BYTES;
+        if !reserve(&COPY_BYTES, bytes, COPY_BUDGET_BYTES) {
+            return Err(bytes);
+        }
         let data = match ty {
             GgmlType::Q4K => interleave::<Q4K>(tensor.data(), rows, cols),
-            GgmlType::Q6K => interleave::<Q6K>(tensor.data(), rows, cols),
-            _ => return None,
+            _ => interleave::<Q6K>(tensor.data(), rows, cols),
         };
-        Some(Self {
+        debug_assert_eq!(data.len(), bytes);
+        Ok(Some(Self {
             data,
             source: tensor.clone(),
             cols,
-        })
+        }))
     }
 
     /// The layout's bytes (groups after groups).
@@ -94,6 +112,21 @@ impl InterleavedK {
     /// The GGUF tensor it was made from.
     pub fn source(&self) -> &Arc<QuantTensor> {
         &self.source
+    }
+}
+
+/// Add `bytes` to `alive` if the sum stays within `budget`; whether it did.
+fn reserve(alive: &AtomicUsize, bytes: usize, budget: usize) -> bool {
+    alive
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+            now.checked_add(bytes).filter(|&total| total <= budget)
+        })
+        .is_ok()
+}
+
+impl Drop for InterleavedK {
+    fn drop(&mut self) {
+        COPY_BYTES.fetch_sub(self.data.len(), Ordering::Relaxed);
     }
 }
 
@@ -362,4 +395,38 @@ super::interleaved_kernels::group_kernel! {
     /// The CPU must have AVX2, FMA, F16C, AVX-512F, AVX-512VL and AVX-512 VNNI. `data` as for
     /// [`groups_avx2`].
     pub(super) unsafe fn groups_vnni(BlockQ8K) = chunk_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni"
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn copies_are_reserved_within_the_budget_only() {
+        let alive = AtomicUsize::new(0);
+        assert!(super::reserve(&alive, 600, 1000));
+        assert!(!super::reserve(&alive, 600, 1000), "past the budget");
+        assert!(super::reserve(&alive, 400, 1000), "exactly the budget");
+        assert!(
+            !super::reserve(&alive, usize::MAX, usize::MAX),
+            "no overflow"
+        );
+        assert_eq!(alive.load(Ordering::Relaxed), 1000);
+    }
+
+    #[test]
+    fn a_copy_is_counted_while_alive() {
+        use mtp_core::quant::{GgmlType, QuantTensor, QK_K};
+        let (rows, cols) = (20, 2 * QK_K);
+        let blocks = vec![0u8; rows * 2 * 144];
+        let w = std::sync::Arc::new(
+            QuantTensor::ggml(GgmlType::Q4K, rows, cols, blocks).expect("tensor"),
+        );
+        let copy = super::InterleavedK::new(&w)
+            .expect("within budget")
+            .expect("Q4_K");
+        // Other tests may hold copies too: this one's bytes are at least counted.
+        assert!(super::COPY_BYTES.load(Ordering::Relaxed) >= copy.data().len());
+        assert_eq!(copy.data().len(), 2 * 2 * super::SUPER_GROUP_BYTES);
+    }
 }

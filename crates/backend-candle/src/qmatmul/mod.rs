@@ -59,6 +59,7 @@ mod superblock;
 #[cfg(test)]
 mod tests;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use mtp_core::quant::{GgmlType, QuantError, QuantFormat, QuantTensor};
@@ -96,6 +97,16 @@ pub enum QMatMulError {
     SimdUnavailable {
         /// The instruction set asked for.
         simd: Simd,
+    },
+    /// The interleaved K-quant copy would take the copies alive past their budget.
+    #[error(
+        "quantized matmul: an interleaved copy of {bytes} bytes would exceed the {budget}-byte budget of such copies"
+    )]
+    CopyBudget {
+        /// Bytes the copy would take.
+        bytes: usize,
+        /// The budget of all such copies at once.
+        budget: usize,
     },
     /// A kernel task panicked (a bug; reported rather than left to hang the caller).
     #[error("quantized matmul: a kernel task panicked")]
@@ -191,7 +202,18 @@ impl QuantMatMul {
     /// [`QMatMulError::UnsupportedFormat`] for a format without a kernel.
     pub fn new(weight: Arc<QuantTensor>) -> Result<Self, QMatMulError> {
         let ty = Self::ggml_type_of(&weight)?;
-        Self::with_layout(weight, Layout::preferred(ty))
+        match Self::with_layout(weight.clone(), Layout::preferred(ty)) {
+            Err(QMatMulError::CopyBudget { bytes, budget }) => {
+                static SAID: AtomicBool = AtomicBool::new(false);
+                if !SAID.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        "interleaved Q4_K/Q6_K copies past {budget} bytes: this weight ({bytes} bytes of copy) and any further ones keep their GGUF rows (slower multi-row products, no extra memory)"
+                    );
+                }
+                Self::with_layout(weight, Layout::Rows)
+            }
+            other => other,
+        }
     }
 
     /// Wrap `weight` in `layout` ([`QMatMulError::UnsupportedFormat`] if its type lacks it).
@@ -205,8 +227,14 @@ impl QuantMatMul {
                 interleaved_k::InterleavedK::new(&weight),
             ) {
                 (Some(w), _) => Storage::Interleaved(Arc::new(w)),
-                (None, Some(w)) => Storage::InterleavedK(Arc::new(w)),
-                (None, None) => {
+                (None, Err(bytes)) => {
+                    return Err(QMatMulError::CopyBudget {
+                        bytes,
+                        budget: interleaved_k::COPY_BUDGET_BYTES,
+                    })
+                }
+                (None, Ok(Some(w))) => Storage::InterleavedK(Arc::new(w)),
+                (None, Ok(None)) => {
                     return Err(QMatMulError::UnsupportedFormat {
                         format: format!("GGUF {ty} in the interleaved layout"),
                     })
