@@ -15,14 +15,15 @@
 //! rounding.
 //!
 //! Bytes, per group `g` (rows `16 g .. 16 g + 16`, the last group padded with zero rows) and
-//! per block `b` of the row, [`SUPER_GROUP_BYTES`] in all:
+//! per block `b` of the row, [`block_bytes`] in all:
 //! * `d` of the 16 rows, `f32` (64 bytes), then `dbias` (64 bytes);
 //! * per group of 16 weights (16 groups), the 16 rows' scales as `i8` (256 bytes);
 //! * per pair of those groups (8 pairs), each row's two bias multipliers as `i16` (512 bytes);
-//! * per run `k` of 4 weights (64 runs), each row's 4 quants, row after row (4096 bytes).
+//! * per run `k` of 4 weights (64 runs), each row's 4 quants, row after row (4096 bytes; Q4_K
+//!   two runs to a byte, 2048 bytes).
 //!
-//! A Q4_K block grows from 144 to 312 bytes per row, a Q6_K one from 210 (the quants widened to
-//! 8 bits); the GGUF tensor is kept beside the copy for row lookups and rebuilding.
+//! A Q4_K block grows from 144 to 184 bytes per row, a Q6_K one from 210 to 312 (the quants
+//! widened to 8 bits); the GGUF tensor is kept beside the copy for row lookups and rebuilding.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,11 +47,37 @@ const SCALE_AT: usize = 8 * GROUP;
 const BIAS_AT: usize = SCALE_AT + GROUPS * GROUP;
 const QUANT_AT: usize = BIAS_AT + GROUPS / 2 * 4 * GROUP;
 
-/// Bytes of one block of a group.
-pub(super) const SUPER_GROUP_BYTES: usize = QUANT_AT + QK_K * GROUP;
+/// Bytes of one block of a group: the quants as bytes (Q6_K), or two to a byte (Q4_K, whose
+/// quants are at most 15: run `2 j` in the low nibbles of pair `j`'s 64 bytes, run `2 j + 1` in
+/// the high ones).
+pub(super) const fn block_bytes(packed: bool) -> usize {
+    QUANT_AT
+        + if packed {
+            QK_K * GROUP / 2
+        } else {
+            QK_K * GROUP
+        }
+}
+
+/// Where quant `i` (`< 256`) of row `lane` sits in a block: its byte and the shift to its bits.
+#[inline(always)]
+fn quant_at(packed: bool, lane: usize, i: usize) -> (usize, u32) {
+    let (run, at) = (i / 4, 4 * lane + i % 4);
+    if packed {
+        (QUANT_AT + run / 2 * 4 * GROUP + at, 4 * (run % 2) as u32)
+    } else {
+        (QUANT_AT + run * 4 * GROUP + at, 0)
+    }
+}
+
+/// Whether a group of `group_len` bytes holding `blocks` blocks is the packed (Q4_K) form.
+#[inline(always)]
+fn is_packed(group_len: usize, blocks: usize) -> bool {
+    group_len == blocks * block_bytes(true)
+}
 
 /// The most bytes of interleaved K-quant copies alive at once in the process: each copy is
-/// memory on top of its GGUF tensor (2.2× a Q4_K tensor's bytes, 1.5× a Q6_K one's), so large
+/// memory on top of its GGUF tensor (1.3× a Q4_K tensor's bytes, 1.5× a Q6_K one's), so large
 /// models keep their rows beyond this (about the K-quant layers of a 2B-parameter Q4_K_M model).
 pub(super) const COPY_BUDGET_BYTES: usize = 1 << 30;
 
@@ -64,6 +91,7 @@ pub(super) struct InterleavedK {
     data: Vec<u8>,
     source: Arc<QuantTensor>,
     cols: usize,
+    packed: bool,
 }
 
 impl InterleavedK {
@@ -83,19 +111,21 @@ impl InterleavedK {
             return Ok(None);
         }
         let [rows, cols] = tensor.shape();
-        let bytes = rows.div_ceil(GROUP) * (cols / QK_K) * SUPER_GROUP_BYTES;
+        let packed = ty == GgmlType::Q4K;
+        let bytes = rows.div_ceil(GROUP) * (cols / QK_K) * block_bytes(packed);
         if !reserve(&COPY_BYTES, bytes, COPY_BUDGET_BYTES) {
             return Err(bytes);
         }
         let data = match ty {
-            GgmlType::Q4K => interleave::<Q4K>(tensor.data(), rows, cols),
-            _ => interleave::<Q6K>(tensor.data(), rows, cols),
+            GgmlType::Q4K => interleave::<Q4K>(tensor.data(), rows, cols, packed),
+            _ => interleave::<Q6K>(tensor.data(), rows, cols, packed),
         };
         debug_assert_eq!(data.len(), bytes);
         Ok(Some(Self {
             data,
             source: tensor.clone(),
             cols,
+            packed,
         }))
     }
 
@@ -106,7 +136,7 @@ impl InterleavedK {
 
     /// Bytes per group of [`GROUP`] rows.
     pub fn group_bytes(&self) -> usize {
-        self.cols / QK_K * SUPER_GROUP_BYTES
+        self.cols / QK_K * block_bytes(self.packed)
     }
 
     /// The GGUF tensor it was made from.
@@ -131,13 +161,14 @@ impl Drop for InterleavedK {
 }
 
 /// `rows × cols` blocks of `B` (row-major GGUF bytes) in the interleaved layout.
-fn interleave<B: SuperBlock>(weights: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+fn interleave<B: SuperBlock>(weights: &[u8], rows: usize, cols: usize, packed: bool) -> Vec<u8> {
     let blocks = cols / QK_K;
     let row_bytes = blocks * B::BYTES;
     // Padding rows: every scale, multiplier and quant 0 (their sums are 0, and never stored).
-    let mut out = vec![0u8; rows.div_ceil(GROUP) * blocks * SUPER_GROUP_BYTES];
-    for (g, group) in out.chunks_exact_mut(blocks * SUPER_GROUP_BYTES).enumerate() {
-        for (b, dst) in group.chunks_exact_mut(SUPER_GROUP_BYTES).enumerate() {
+    let block = block_bytes(packed);
+    let mut out = vec![0u8; rows.div_ceil(GROUP) * blocks * block];
+    for (g, group) in out.chunks_exact_mut(blocks * block).enumerate() {
+        for (b, dst) in group.chunks_exact_mut(block).enumerate() {
             for lane in 0..GROUP.min(rows - g * GROUP) {
                 let r = g * GROUP + lane;
                 let w = B::decode(&weights[r * row_bytes + b * B::BYTES..][..B::BYTES]);
@@ -151,7 +182,8 @@ fn interleave<B: SuperBlock>(weights: &[u8], rows: usize, cols: usize) -> Vec<u8
                     dst[at..at + 2].copy_from_slice(&(bias as i16).to_le_bytes());
                 }
                 for (i, &q) in w.q.iter().enumerate() {
-                    dst[QUANT_AT + (i / 4) * 4 * GROUP + 4 * lane + i % 4] = q;
+                    let (at, shift) = quant_at(packed, lane, i);
+                    dst[at] |= q << shift;
                 }
             }
         }
@@ -174,18 +206,20 @@ pub(super) fn groups_scalar(
     acts: &Quantized<BlockQ8K>,
     out: &mut [&mut [f32]],
 ) {
+    let packed = is_packed(group_bytes, acts.row(0).len());
+    let (block_len, mask) = (block_bytes(packed), if packed { 0x0F } else { 0xFF });
     for g in rows.start / GROUP..rows.end.div_ceil(GROUP) {
         let group = &data[g * group_bytes..][..group_bytes];
         for (j, out) in out.iter_mut().enumerate() {
             let mut acc = [0f32; GROUP];
-            for (block, x) in group.chunks_exact(SUPER_GROUP_BYTES).zip(acts.row(j)) {
+            for (block, x) in group.chunks_exact(block_len).zip(acts.row(j)) {
                 for (lane, a) in acc.iter_mut().enumerate() {
                     let (mut sum, mut bias) = (0i32, 0i32);
                     for (i, (xq, &bsum)) in x.qs.chunks_exact(16).zip(&x.bsums).enumerate() {
                         let group_sum: i32 = (0..16)
                             .map(|l| {
-                                let at = QUANT_AT + (4 * i + l / 4) * 4 * GROUP + 4 * lane + l % 4;
-                                i32::from(block[at]) * i32::from(xq[l])
+                                let (at, shift) = quant_at(packed, lane, 16 * i + l);
+                                i32::from((block[at] >> shift) & mask) * i32::from(xq[l])
                             })
                             .sum();
                         sum += i32::from(block[SCALE_AT + i * GROUP + lane] as i8) * group_sum;
@@ -234,24 +268,60 @@ unsafe fn chunk_vnni<const M: usize>(
     group: &[u8],
     xs: &[&[BlockQ8K]; ROW_CHUNK],
 ) -> [[f32; GROUP]; M] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if is_packed(group.len(), xs[0].len()) {
+            chunk_vnni_in::<true, M>(group, xs)
+        } else {
+            chunk_vnni_in::<false, M>(group, xs)
+        }
+    }
+}
+
+/// [`chunk_vnni`] for one quant form (`PACKED`: Q4_K's nibbles, unpacked once per group of 16
+/// weights for all the activation rows).
+///
+/// # Safety
+/// As for [`chunk_vnni`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn chunk_vnni_in<const PACKED: bool, const M: usize>(
+    group: &[u8],
+    xs: &[&[BlockQ8K]; ROW_CHUNK],
+) -> [[f32; GROUP]; M] {
     use std::arch::x86_64::*;
 
+    let low = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); M];
-    for (b, block) in group.chunks_exact(SUPER_GROUP_BYTES).enumerate() {
+    for (b, block) in group.chunks_exact(block_bytes(PACKED)).enumerate() {
         super::simd_x86::prefetch_block_ahead::<{ super::simd_x86::PREFETCH_BYTES_INTERLEAVED }>(
             block,
         );
-        assert!(block.len() >= SUPER_GROUP_BYTES);
+        assert!(block.len() >= block_bytes(PACKED));
         let p = block.as_ptr();
         let mut sums = [_mm512_setzero_si512(); M];
         for i in 0..GROUPS {
             // SAFETY: group `i < 16`'s scales are bytes `SCALE_AT + 16 i ..` (16) and its runs
-            // `4 i .. 4 i + 4` bytes `QUANT_AT + 64 k ..` (64 each) of the (checked) block.
+            // `4 i .. 4 i + 4` bytes `QUANT_AT + 64 k ..` (64 each; packed, run pairs `2 i`,
+            // `2 i + 1`) of the (checked) block.
             let (scale, w) = unsafe {
+                let run = |k: usize| _mm512_loadu_si512(p.add(QUANT_AT + 64 * k).cast());
+                let w = if PACKED {
+                    let (a, c) = (run(2 * i), run(2 * i + 1));
+                    let high = |v| _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                    [
+                        _mm512_and_si512(a, low),
+                        high(a),
+                        _mm512_and_si512(c, low),
+                        high(c),
+                    ]
+                } else {
+                    [0, 1, 2, 3].map(|r| run(4 * i + r))
+                };
                 (
                     _mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(SCALE_AT + GROUP * i).cast())),
-                    [0, 1, 2, 3]
-                        .map(|r| _mm512_loadu_si512(p.add(QUANT_AT + 64 * (4 * i + r)).cast())),
+                    w,
                 )
             };
             for (sum, x) in sums.iter_mut().zip(xs) {
@@ -303,33 +373,64 @@ unsafe fn chunk_avx2<const M: usize>(
     group: &[u8],
     xs: &[&[BlockQ8K]; ROW_CHUNK],
 ) -> [[f32; GROUP]; M] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if is_packed(group.len(), xs[0].len()) {
+            chunk_avx2_in::<true, M>(group, xs)
+        } else {
+            chunk_avx2_in::<false, M>(group, xs)
+        }
+    }
+}
+
+/// [`chunk_avx2`] for one quant form (as [`chunk_vnni_in`]).
+///
+/// # Safety
+/// As for [`chunk_avx2`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn chunk_avx2_in<const PACKED: bool, const M: usize>(
+    group: &[u8],
+    xs: &[&[BlockQ8K]; ROW_CHUNK],
+) -> [[f32; GROUP]; M] {
     use std::arch::x86_64::*;
 
-    let ones = _mm256_set1_epi16(1);
+    let (ones, low) = (_mm256_set1_epi16(1), _mm256_set1_epi8(0x0F));
     let mut out = [[0f32; GROUP]; M];
     for half in 0..2 {
         let mut acc = [_mm256_setzero_ps(); M];
-        for (b, block) in group.chunks_exact(SUPER_GROUP_BYTES).enumerate() {
+        for (b, block) in group.chunks_exact(block_bytes(PACKED)).enumerate() {
             super::simd_x86::prefetch_block_ahead::<{ super::simd_x86::PREFETCH_BYTES_INTERLEAVED }>(
                 block,
             );
-            assert!(block.len() >= SUPER_GROUP_BYTES && half < 2);
+            assert!(block.len() >= block_bytes(PACKED) && half < 2);
             let p = block.as_ptr();
             let mut sums = [_mm256_setzero_si256(); M];
             for i in 0..GROUPS {
                 // SAFETY: the half's 8 scales of group `i < 16` are bytes `SCALE_AT + 16 i +
-                // 8 half ..`, its half of run `k` bytes `QUANT_AT + 64 k + 32 half ..` (32) of
-                // the (checked) block.
+                // 8 half ..`, its half of run `k` bytes `QUANT_AT + 64 k + 32 half ..` (32;
+                // packed, of run pairs `2 i`, `2 i + 1`) of the (checked) block.
                 let (scale, w) = unsafe {
+                    let run =
+                        |k: usize| _mm256_loadu_si256(p.add(QUANT_AT + 64 * k + 32 * half).cast());
+                    let w = if PACKED {
+                        let (a, c) = (run(2 * i), run(2 * i + 1));
+                        let high = |v| _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                        [
+                            _mm256_and_si256(a, low),
+                            high(a),
+                            _mm256_and_si256(c, low),
+                            high(c),
+                        ]
+                    } else {
+                        [0, 1, 2, 3].map(|r| run(4 * i + r))
+                    };
                     (
                         _mm256_cvtepi8_epi32(_mm_loadl_epi64(
                             p.add(SCALE_AT + GROUP * i + 8 * half).cast(),
                         )),
-                        [0, 1, 2, 3].map(|r| {
-                            _mm256_loadu_si256(
-                                p.add(QUANT_AT + 64 * (4 * i + r) + 32 * half).cast(),
-                            )
-                        }),
+                        w,
                     )
                 };
                 for (sum, x) in sums.iter_mut().zip(xs) {
@@ -427,6 +528,6 @@ mod tests {
             .expect("Q4_K");
         // Other tests may hold copies too: this one's bytes are at least counted.
         assert!(super::COPY_BYTES.load(Ordering::Relaxed) >= copy.data().len());
-        assert_eq!(copy.data().len(), 2 * 2 * super::SUPER_GROUP_BYTES);
+        assert_eq!(copy.data().len(), 2 * 2 * super::block_bytes(true));
     }
 }
