@@ -6,8 +6,9 @@
 //! block, two instructions per 32 weights plus the scales, the minimums and a conversion; here
 //! the group's rows share them, and no horizontal sum is left.
 //!
-//! Each row keeps its block's decoded form ([`Decoded`]: `d`, `dbias` as `f32`, 256 unsigned
-//! quants, an integer scale and an integer bias multiplier per 16 weights), so the products are
+//! Each row keeps its block's decoded form ([`Decoded`](super::superblock::Decoded): `d`,
+//! `dbias` as `f32`, 256 unsigned quants, an integer scale and an integer bias multiplier per
+//! 16 weights), so the products are
 //! the portable kernel's ([`superblock::rows_scalar`](super::superblock::rows_scalar)) bit for
 //! bit: per block the exact integer sums `Σ_g scale_g Σ q x` and `Σ_g bias_g bsum_g`, then
 //! `acc += (d·d_x)·sum − (dbias·d_x)·bias` in `f32`, unfused, blocks in order. The per-row SIMD
