@@ -17,7 +17,7 @@ use mtp_core::quant::{GgmlType, QuantFormat, QuantTensor};
 use mtp_core::DType;
 
 use crate::ops::{self, to_candle};
-use crate::qmatmul::{Layout, QuantMatMul};
+use crate::qmatmul::QuantMatMul;
 use crate::Result;
 
 /// A quantized weight prepared for candle (which kernel runs it: see `src/quantized.rs`).
@@ -28,9 +28,9 @@ pub struct CandleQuantWeight {
     kernel: Kernel,
 }
 
-/// The host tensor a weight came from: kept, or (for a weight the batched kernel holds in its
-/// own interleaved copy) rebuilt from that copy on the first request, so the GGUF bytes are not
-/// held twice. The backend's own matmul and row lookup never ask for it.
+/// The host tensor a weight came from: kept (shared with the batched kernel where it holds the
+/// tensor), or (for a weight the batched kernel holds only in its interleaved 32-weight copy)
+/// rebuilt from that copy on the first request, so the GGUF bytes are not held twice. The backend's own matmul and row lookup never ask for it.
 #[derive(Debug, Clone)]
 enum Source {
     Kept(Arc<QuantTensor>),
@@ -100,10 +100,13 @@ pub(crate) fn prepare(
             dtype,
         )?),
     };
+    // A batched weight that dropped its GGUF tensor (an interleaved 32-weight copy) rebuilds it
+    // on request; one that holds it shares it (no second copy of the bytes).
     let source = match &kernel {
-        Kernel::Batched(k) if k.layout() != Layout::Rows => {
-            Source::Rebuilt(k.clone(), Arc::default())
-        }
+        Kernel::Batched(k) => match k.held_tensor() {
+            Some(held) => Source::Kept(held.clone()),
+            None => Source::Rebuilt(k.clone(), Arc::default()),
+        },
         _ => Source::Kept(tensor.clone()),
     };
     Ok(CandleQuantWeight {

@@ -143,6 +143,28 @@ fn quantized_embedding_rows_equal_the_dequantized_rows() -> TestResult {
 }
 
 #[test]
+fn the_host_tensor_of_a_weight_is_its_bytes_and_shared_where_held() -> TestResult {
+    let cb = CandleBackend::cpu();
+    for ty in quantized_types() {
+        let t = Arc::new(random_tensor(ty, 40, 512, 9 + u64::from(ty.id())));
+        let w = cb.quant_weight(t.clone(), DType::F32)?;
+        let source = cb.quant_source(&w);
+        assert_eq!(source.data(), t.data(), "{ty}");
+        // Kept or held beside an interleaved K-quant copy: the same allocation, not a copy.
+        // (Only an interleaved 32-weight copy, which dropped the tensor, rebuilds it.)
+        let interleaved_32 = matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0)
+            && crate::qmatmul::Simd::Avx2.is_available();
+        if !interleaved_32 {
+            assert!(
+                std::ptr::eq(source.data().as_ptr(), t.data().as_ptr()),
+                "{ty}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
 fn affine_weights_run_dense_and_match_the_oracle() -> TestResult {
     let (cb, rb) = (CandleBackend::cpu(), ReferenceBackend::new());
     let params = AffineParams::new(4, 32).expect("params");

@@ -121,9 +121,9 @@ pub enum QMatMulError {
 pub enum Layout {
     /// The GGUF rows as stored, shared with the loaded tensor (every supported type).
     Rows,
-    /// Q8_0, Q5_0, Q4_K and Q6_K: groups of 16 rows interleaved in 4-weight runs, every weight
-    /// widened to 8 bits (a copy made at load; exact: the 32-weight types' GGUF bytes are rebuilt
-    /// from it, the K-quant tensors are kept beside it).
+    /// Q8_0, Q5_0, Q4_K and Q6_K: groups of 16 rows interleaved in 4-weight runs, the weights
+    /// as bytes (Q4_K's quants two to a byte; a copy made at load, exact: the 32-weight types'
+    /// GGUF bytes are rebuilt from it, the K-quant tensors are kept beside it).
     Interleaved,
 }
 
@@ -300,6 +300,16 @@ impl QuantMatMul {
                 }
                 Ok(out)
             }
+        }
+    }
+
+    /// The GGUF tensor it holds, if it holds one (its rows, or the tensor kept beside an
+    /// interleaved K-quant copy); `None` for an interleaved 32-weight copy, which dropped it.
+    pub fn held_tensor(&self) -> Option<&Arc<QuantTensor>> {
+        match &self.storage {
+            Storage::Rows(w) => Some(w),
+            Storage::InterleavedK(w) => Some(w.source()),
+            Storage::Interleaved(_) => None,
         }
     }
 
