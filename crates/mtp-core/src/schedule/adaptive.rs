@@ -17,7 +17,12 @@ const PROBE_INTERVAL_MAX: u32 = 256;
 const PROBE_FROM_PLAIN: usize = 2;
 /// How far past the acceptance frontier the controller looks (the positions past it are
 /// scored on the rates of measured positions, never on an optimistic guess).
-const REACH_PAST_FRONTIER: usize = 2;
+const REACH_PAST_FRONTIER: usize = 4;
+/// The share of time probes may cost, by the current estimates: a probe whose depth is
+/// expected to lose `L` seconds against the best depth's rate waits at least
+/// `L / (PROBE_BUDGET × cost(best))` rounds after the last one, so a controller that keeps
+/// checking a losing depth (drafting that cannot pay, say) stays within about 1 % of the best.
+const PROBE_BUDGET: f64 = 0.01;
 /// Standard errors added to each acceptance rate for the optimistic score that decides the
 /// probe backoff: a probed depth that would beat the best at these rates is probed again at the
 /// same interval (a choice that early noise tipped the wrong way is re-examined until the
@@ -157,19 +162,48 @@ impl DepthController {
                     survive *= rates[n - 1];
                     expected += survive;
                 }
-                self.cost.get(n).map(|cost| expected / cost)
+                self.cost.estimate(n).map(|cost| expected / cost)
             })
             .collect()
+    }
+
+    /// Rounds a probe at `probe` must wait under [`PROBE_BUDGET`]: the time it is expected
+    /// to lose against `best`'s rate, over the budget's share of a round at `best`.
+    fn budget_interval(&self, limit: usize, probe: usize, best: usize) -> u32 {
+        let scores = self.scores(limit, &self.accept.rates());
+        let (Some(Some(p)), Some(Some(b)), Some(cost_p), Some(cost_b)) = (
+            scores.get(probe),
+            scores.get(best),
+            self.cost.estimate(probe),
+            self.cost.estimate(best),
+        ) else {
+            return 0;
+        };
+        // The probe's expected tokens at the best's rate take `tokens / b`; it takes `cost_p`.
+        let lost = cost_p - (p * cost_p) / b;
+        if lost <= 0.0 || cost_b <= 0.0 {
+            return 0;
+        }
+        (lost / (PROBE_BUDGET * cost_b))
+            .ceil()
+            .min(f64::from(u32::MAX)) as u32
     }
 
     /// The next round's depth: an unmeasured depth within reach (shallowest first), else a
     /// probe when one is due, else the best depth.
     fn plan(&mut self, limit: usize) -> usize {
         let reach = self.reach(limit);
-        if let Some(unmeasured) = (0..=reach).find(|&d| self.cost.get(d).is_none()) {
-            return unmeasured;
+        // Until two depths are measured no line judges the others: play them, shallowest first.
+        if self.cost.measured() < 2 {
+            if let Some(unmeasured) = (0..=reach).find(|&d| self.cost.get(d).is_none()) {
+                return unmeasured;
+            }
         }
         let best = self.best_depth(limit);
+        if self.cost.get(best).is_none() {
+            // The line says an unplayed depth is best: play it, which measures it.
+            return best;
+        }
         if best != self.best {
             self.best = best;
             self.interval = PROBE_INTERVAL_MIN;
@@ -190,18 +224,20 @@ impl DepthController {
             };
         }
         self.since_probe += 1;
-        if self.since_probe >= self.interval {
+        let down = !self.probe_down;
+        let up = match best {
+            0 => PROBE_FROM_PLAIN,
+            d => d + 1,
+        }
+        .min(reach);
+        let probe = match best.checked_sub(1) {
+            Some(below) if down || up == best => below,
+            _ => up,
+        };
+        let due = self.interval.max(self.budget_interval(limit, probe, best));
+        if self.since_probe >= due {
             self.since_probe = 0;
-            self.probe_down = !self.probe_down;
-            let up = match best {
-                0 => PROBE_FROM_PLAIN,
-                d => d + 1,
-            }
-            .min(reach);
-            let probe = match best.checked_sub(1) {
-                Some(down) if self.probe_down || up == best => down,
-                _ => up,
-            };
+            self.probe_down = down;
             if probe != best {
                 self.probed = Some(probe);
                 return probe;

@@ -64,8 +64,9 @@ impl Rate {
 ///
 /// **Trust and priors.** A position is trusted once it has [`TRUST_SAMPLES`] samples. An
 /// untrusted position with `n` samples and mean `â` uses `(n·â + (T − n)·b) / T`, where the
-/// prior `b` is a measurement: the rate of the deepest trusted shallower position, or `â`
-/// itself when none is trusted yet (0 with no sample at all). The
+/// prior `b` is a measurement: the rate of the deepest trusted shallower position, else the
+/// rate just computed for the position before (itself leaning on its few samples), or `â`
+/// itself for position 1 (0 with no sample at all). The
 /// [`frontier`](Self::frontier) — the deepest position with every position up to it
 /// trusted — bounds how deep the controller looks, so the prior of an untrusted position
 /// matters for one position past it only.
@@ -107,16 +108,20 @@ impl AcceptanceModel {
     pub fn rates(&self) -> Vec<f64> {
         let trust = TRUST_SAMPLES as f64;
         let mut trusted: Option<f64> = None;
+        let mut previous: Option<f64> = None;
         self.positions
             .iter()
             .map(|r| {
                 if r.samples >= TRUST_SAMPLES {
                     trusted = Some(r.value);
+                    previous = Some(r.value);
                     return r.value;
                 }
-                let prior = trusted.unwrap_or(r.value);
+                let prior = trusted.or(previous).unwrap_or(r.value);
                 let n = r.samples as f64;
-                (n * r.value + (trust - n) * prior) / trust
+                let rate = (n * r.value + (trust - n) * prior) / trust;
+                previous = Some(rate);
+                rate
             })
             .collect()
     }
@@ -168,9 +173,8 @@ struct Cost {
 /// samples. After that each sample `x` (as `time ÷ load`) moves it by
 /// `0.2·clamp(x − c, ±25 % of c)` (at most 5 %; symmetric, so that the depth played most is not
 /// the one that looks cheapest). A round slower than 1.5 × `load × base` is taken for a host stall and
-/// ignored, unless three come in a row (then the cost really changed). Only depths with an
-/// estimate are compared; the controller plays every depth it considers until it has one (no
-/// interpolation or extrapolation of unmeasured depths).
+/// ignored, unless three come in a row (then the cost really changed). An unmeasured depth is
+/// judged by [`estimate`](Self::estimate)'s straight line through the measured ones.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct CostModel {
     depths: Vec<Cost>,
@@ -228,6 +232,39 @@ impl CostModel {
             .get(depth)
             .filter(|c| c.samples >= COST_MIN_SAMPLES)
             .map(|c| c.seconds)
+    }
+
+    /// The cost of `depth` for the objective: its measured base, else a straight line through
+    /// the measured depths (between two measured depths, their interpolation; past the deepest,
+    /// its base plus the slope of the two deepest, never negative). `None` until two depths
+    /// are measured, or for a depth below every measured one. A round's cost is nearly linear
+    /// in its depth (a draft step and a verify row per draft), so an unplayed depth is judged
+    /// by that line instead of being played blind; it is measured when it is played.
+    pub fn estimate(&self, depth: usize) -> Option<f64> {
+        if let Some(c) = self.get(depth) {
+            return Some(c);
+        }
+        let measured: Vec<(usize, f64)> = (0..self.depths.len())
+            .filter_map(|d| self.get(d).map(|c| (d, c)))
+            .collect();
+        if measured.len() < 2 {
+            return None;
+        }
+        let below = measured.iter().rev().find(|(d, _)| *d < depth)?;
+        if let Some(above) = measured.iter().find(|(d, _)| *d > depth) {
+            let t = (depth - below.0) as f64 / (above.0 - below.0) as f64;
+            return Some(below.1 + t * (above.1 - below.1));
+        }
+        let [(d0, c0), (d1, c1)] = [measured[measured.len() - 2], measured[measured.len() - 1]];
+        let slope = ((c1 - c0) / (d1 - d0) as f64).max(0.0);
+        Some(c1 + slope * (depth - d1) as f64)
+    }
+
+    /// Depths with a measured base.
+    pub fn measured(&self) -> usize {
+        (0..self.depths.len())
+            .filter(|&d| self.get(d).is_some())
+            .count()
     }
 
     /// Every depth's estimate at the current load, in seconds (`None` where not yet measured).

@@ -396,7 +396,10 @@ pub struct DraftArgs {
     /// model's, else 16].
     #[arg(long, value_name = "N", value_parser = draft_depth)]
     pub max_draft_tokens: Option<usize>,
-    /// How the draft depth changes between rounds [default: constant].
+    /// How the draft depth changes between rounds: `adaptive` plays the depth (0, plain
+    /// decoding, included) with the most tokens per second it has measured, so drafting
+    /// that does not pay on this machine is switched off; `constant` always drafts
+    /// --draft-tokens (the seed's behaviour) [default: adaptive].
     #[arg(long, value_enum)]
     pub draft_schedule: Option<ScheduleChoice>,
     /// Validate drafts one token at a time instead of in one batched forward.

@@ -5,6 +5,7 @@ use std::io::Write;
 
 use mtp_core::engine::{MtpStats, Response, SinkFlow};
 use mtp_core::sampling::SamplerOptions;
+use mtp_core::schedule::{chosen_depths, DraftingOff, ScheduleKind};
 use runner::logprobs::TokenLogprob;
 use runner::Generation;
 use serde::Serialize;
@@ -242,6 +243,24 @@ fn mtp_summary(m: &MtpStats) -> String {
             })
             .collect();
         s.push_str(&format!("mtp: proposers: {}\n", shares.join("; ")));
+    }
+    if m.schedule != ScheduleKind::Constant {
+        let counts = chosen_depths(&m.round_log);
+        let depths: Vec<String> = counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(d, n)| format!("{d}:{n}"))
+            .collect();
+        if !depths.is_empty() {
+            s.push_str(&format!(
+                "mtp: depths chosen (depth:rounds) {}\n",
+                depths.join(" ")
+            ));
+        }
+        if let Some(off) = DraftingOff::from_rounds(&m.round_log) {
+            s.push_str(&format!("mtp: {off}\n"));
+        }
     }
     if m.compared > 0 {
         s.push_str(&format!(

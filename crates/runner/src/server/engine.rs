@@ -4,10 +4,12 @@
 //! must stay on one thread); requests reach it through a bounded queue and are served one at a
 //! time, in order; text streams back through a channel per request.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use mtp_core::engine::{CancelToken, GenerateRequest, MtpStats, Response};
+use mtp_core::schedule::DraftingOff;
 use tokio::sync::mpsc;
 
 pub use crate::logprobs::TokenLogprob;
@@ -142,8 +144,19 @@ impl Finished {
         }
     }
 
-    /// From the engine's response.
+    /// From the engine's response. The first response whose adaptive schedule settled on
+    /// plain decoding logs why, once per process (the controller is shared by requests).
     pub fn from_response(response: Response, reason: FinishReason, queued: Duration) -> Self {
+        static DRAFTING_OFF_SAID: AtomicBool = AtomicBool::new(false);
+        if let Some(off) = response
+            .mtp
+            .as_ref()
+            .and_then(|m| DraftingOff::from_rounds(&m.round_log))
+        {
+            if !DRAFTING_OFF_SAID.swap(true, Ordering::Relaxed) {
+                tracing::info!(target: "mtp", "{off}");
+            }
+        }
         Self {
             reason,
             prompt_tokens: response.prompt_eval_count,

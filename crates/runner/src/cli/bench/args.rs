@@ -74,6 +74,15 @@ pub struct PlanArgs {
     /// Timed calls per width of the cost curve (and of the drafter step).
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub cost_reps: usize,
+    /// Render each prompt as one user turn with the model's own chat template (as `mtp
+    /// generate --chat` does), ending where the model answers.
+    #[arg(long)]
+    pub chat: bool,
+    /// Give every request a new adaptive controller, as each `mtp generate` process starts
+    /// with one [default: the controller's learned state carries over from request to
+    /// request, as in `mtp serve`].
+    #[arg(long)]
+    pub fresh_schedules: bool,
     /// Stop a prompt at an EOS token [default: ignore EOS, so every prompt generates
     /// --num-predict tokens and every variant does the same work].
     #[arg(long)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest, Response};
 use mtp_core::options::{DecodeMode, LogprobsRequest};
-use mtp_core::schedule::ScheduleKind;
+use mtp_core::schedule::{ScheduleKind, ScheduleMemory};
 use mtp_core::Backend;
 
 use super::plan::{EosPolicy, Pass, Plan};
@@ -48,6 +48,27 @@ impl PassTotals {
         };
         self.target_time += clock.target;
         self.drafter_time += clock.drafter;
+    }
+}
+
+/// One variant's decode rate per prompt: `rates[p]` holds prompt `p`'s tokens/s after its
+/// first token, one entry per measured pass (none when it decoded nothing after the first).
+#[derive(Debug, Clone, Default)]
+pub struct PerPrompt {
+    /// Decode tokens/s of each prompt, per pass.
+    pub rates: Vec<Vec<f64>>,
+}
+
+impl PerPrompt {
+    fn add(&mut self, prompt: usize, response: &Response) {
+        if self.rates.len() <= prompt {
+            self.rates.resize(prompt + 1, Vec::new());
+        }
+        let decoded = response.eval_count.saturating_sub(1) as f64;
+        let secs = response.eval_duration.as_secs_f64();
+        if decoded > 0.0 && secs > 0.0 {
+            self.rates[prompt].push(decoded / secs);
+        }
     }
 }
 
@@ -97,6 +118,8 @@ pub struct VariantRecord {
     pub tokens: Vec<Vec<u32>>,
     /// Whether every pass produced the same tokens for every prompt.
     pub repeatable: bool,
+    /// Each prompt's decode time and tokens, per measured pass.
+    pub per_prompt: PerPrompt,
     /// Every round of the measured passes (kept per request for varying schedules).
     pub rounds: RoundLog,
 }
@@ -180,6 +203,11 @@ pub fn run_passes<B: Backend>(
             let mut totals = PassTotals::default();
             for p in plan.prompts_of(pass) {
                 let request = work.request(record.variant, p);
+                // A new controller per request, as each `mtp generate` process has.
+                let engine = match plan.fresh_schedules {
+                    true => engine.clone().with_schedule_memory(ScheduleMemory::new()),
+                    false => engine.clone(),
+                };
                 clock.reset();
                 let response = engine
                     .generate(&request, &mut DiscardSink, &CancelToken::new())
@@ -188,6 +216,7 @@ pub fn run_passes<B: Backend>(
                     continue;
                 };
                 totals.add(&response, &clock.read());
+                record.per_prompt.add(p, &response);
                 record.acceptance.add(&response);
                 record.rounds.add(&response, rep, p);
                 if rep == 0 {
@@ -227,6 +256,7 @@ fn new_record<B: Backend>(
         acceptance: Acceptance::default(),
         tokens: Vec::new(),
         repeatable: true,
+        per_prompt: PerPrompt::default(),
         rounds: RoundLog::new(matches!(
             variant.decode,
             Decode::Schedule(kind) if kind != ScheduleKind::Constant

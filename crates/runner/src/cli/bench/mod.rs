@@ -26,7 +26,7 @@ use mtp_core::proposer::DraftModel;
 use mtp_core::Backend;
 use runner::loading::{LoadOptions, StoredQuant};
 use runner::proposers::ProposerChoice;
-use runner::{ModelPaths, Pipeline, PromptFormat};
+use runner::{ModelPaths, Pipeline};
 
 use self::args::BenchArgs;
 use self::cost::CostModels;
@@ -102,7 +102,7 @@ fn run_on<B: Backend>(
         .enumerate()
         .map(|(i, p)| {
             pipeline
-                .encode(p, PromptFormat::Raw)
+                .encode(p, plan.format)
                 .with_context(|| format!("prompt {} of {}", i + 1, plan.prompts_file.display()))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
+use runner::PromptFormat;
 
 use super::args::PlanArgs;
 use super::timed::ClockMode;
@@ -40,6 +41,10 @@ pub struct Plan {
     pub quick: bool,
     /// How model calls are timed.
     pub model_clock: ClockMode,
+    /// How each prompt is turned into tokens (raw text, or one chat turn).
+    pub format: PromptFormat,
+    /// Whether each request starts with a new adaptive controller.
+    pub fresh_schedules: bool,
 }
 
 /// What an EOS token does during the benchmark.
@@ -118,6 +123,12 @@ impl Plan {
             },
             quick: args.quick,
             model_clock: args.model_clock,
+            format: if args.chat {
+                PromptFormat::Chat
+            } else {
+                PromptFormat::Raw
+            },
+            fresh_schedules: args.fresh_schedules,
         })
     }
 
@@ -199,6 +210,8 @@ mod tests {
             eos: EosPolicy::Ignore,
             quick: false,
             model_clock: ClockMode::Eval,
+            format: PromptFormat::Raw,
+            fresh_schedules: false,
         };
         assert_eq!(plan.order(0), vec![0, 1, 2]);
         assert_eq!(plan.order(1), vec![1, 2, 0]);

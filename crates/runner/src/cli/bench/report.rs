@@ -162,6 +162,11 @@ pub struct VariantReport {
     pub greedy_match: Option<bool>,
     /// Every pass produced the same tokens.
     pub repeatable: bool,
+    /// Each prompt's decode tokens/s (after its first token), the median over the measured
+    /// passes, in prompt order (`null` where a prompt decoded nothing after its first token).
+    pub per_prompt_decode_tokens_per_second: Vec<Option<f64>>,
+    /// Each prompt's generated token ids from the first measured pass.
+    pub outputs: Vec<Vec<u32>>,
     /// Round seconds by drafted depth, over the rounds that drafted the depth the schedule
     /// chose (MTP variants; depth 0 = plain rounds).
     pub round_secs_by_depth: Vec<DepthRounds>,
@@ -355,6 +360,13 @@ fn variant_report(
         drafter_secs_per_round: spread_of(&r.passes, |p| per_round(p, p.drafter_time)),
         greedy_match,
         repeatable: r.repeatable,
+        per_prompt_decode_tokens_per_second: r
+            .per_prompt
+            .rates
+            .iter()
+            .map(|rates| Spread::of(rates.iter().copied()).map(|s| s.median))
+            .collect(),
+        outputs: r.tokens.clone(),
         round_secs_by_depth: r.rounds.by_depth(),
         capped_rounds: r.rounds.capped,
         round_log: r.rounds.keep_requests.then(|| r.rounds.requests.clone()),
@@ -395,6 +407,7 @@ mod tests {
             acceptance,
             tokens: Vec::new(),
             repeatable: true,
+            per_prompt: Default::default(),
             rounds: Default::default(),
         }
     }

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""BENCHMARKS.md's headline table from one `race.py` JSON file.
+
+  python3 tools/bench_peers/race_table.py benchmarks/race/race.json              # print it
+  python3 tools/bench_peers/race_table.py benchmarks/race/race.json --update BENCHMARKS.md
+
+`--update` replaces what stands between the `<!-- race-table:begin -->` and
+`<!-- race-table:end -->` lines of the file. Every figure comes from the JSON: decode rates are
+per prompt (generated tokens after the first ÷ the time from the first token to the last),
+shown as the median over the set's prompts with the min–max; a ratio is taken prompt by prompt
+(ours on prompt i ÷ the other engine on prompt i, the same ids and token count) and shown the
+same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+BEGIN, END = "<!-- race-table:begin -->", "<!-- race-table:end -->"
+LLAMA_NAMES = {"none": "llama.cpp plain", "ngram-simple": "llama.cpp `ngram-simple`",
+               "ngram-map-k": "llama.cpp `ngram-map-k`", "ngram-mod": "llama.cpp `ngram-mod`"}
+
+
+def spread(xs) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "–"
+    return f"{statistics.median(xs):.1f} ({min(xs):.1f}–{max(xs):.1f})"
+
+
+def ratio_spread(a, b) -> str:
+    rs = [x / y for x, y in zip(a, b) if x and y]
+    if not rs:
+        return "–"
+    return f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f})"
+
+
+def median(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def real_model_rows(s: dict) -> list[str]:
+    ours, llama = s["ours"], s["llama"]
+    lp = [e["decode_tps"] for e in llama["none"]]
+    spec = {k: [e["decode_tps"] for e in v] for k, v in llama.items() if k != "none"}
+    best_spec = max(spec, key=lambda k: median(spec[k]) or 0.0)
+    own = ours["plain"]["per_prompt_tps"]
+    plain_tokens = ours["plain"]["outputs"]
+    llama_plain_tokens = [e["tokens"] for e in llama["none"]]
+    rows = []
+    order = ["plain", "mtp-adaptive"] + sorted(k for k in ours if k.startswith("mtp-k"))
+    for name in order:
+        if name not in ours:
+            continue
+        v = ours[name]
+        label = {"plain": "ours plain", "mtp-adaptive": "ours lookup, default schedule (adaptive)"}.get(
+            name, f"ours lookup, depth {name.removeprefix('mtp-k')}")
+        same = "" if name == "plain" else same_count(v["outputs"], plain_tokens, s["sampling"])
+        rows.append(f"| {label} | {spread(v['per_prompt_tps'])} | {ratio_spread(v['per_prompt_tps'], own)} | "
+                    f"{ratio_spread(v['per_prompt_tps'], lp)} | "
+                    f"{'' if name == 'plain' else ratio_spread(v['per_prompt_tps'], spec[best_spec])} | "
+                    f"{acc(name, v)} | {same} |")
+    for kind, entries in llama.items():
+        tps = [e["decode_tps"] for e in entries]
+        drafted = sum(e["draft_n"] for e in entries)
+        accepted = sum(e["draft_n_accepted"] for e in entries)
+        same = "" if kind == "none" else same_count([e["tokens"] for e in entries], llama_plain_tokens,
+                                                      s["sampling"])
+        rows.append(f"| {LLAMA_NAMES.get(kind, kind)} | {spread(tps)} | {ratio_spread(tps, lp)} | | | "
+                    f"{'' if kind == 'none' else (f'{accepted / drafted:.2f}' if drafted else 'none drafted')} "
+                    f"| {same} |")
+    return rows, best_spec
+
+
+def acc(name: str, v: dict) -> str:
+    return "" if name == "plain" else f"{v['acceptance']:.2f}"
+
+
+def same_count(outputs, reference, sampling: str) -> str:
+    if sampling != "greedy":
+        return "(sampled)"
+    same = sum(1 for a, b in zip(outputs, reference) if a == b)
+    return f"{same}/{len(reference)}"
+
+
+def render(r: dict) -> str:
+    m = r["machine"]
+    b = r["peer_build"]
+    lines = [
+        f"Run {r['started']} – {r.get('finished', '(unfinished)')} on {m.get('cpu', '?')} "
+        f"({m['cpus']} cores), {r['threads']} threads on both sides; ours at `{r['ours_commit'][:10]}`"
+        f"{' (with uncommitted changes)' if r.get('ours_dirty') else ''}; llama.cpp `{b['commit']}` "
+        f"({b['source']}, `GGML_NATIVE=ON`; its system_info: `{b.get('system_info', '?')}`). "
+        f"{r['num_predict']} tokens per prompt, EOS ignored, {r['reps']} repetition(s); sampled runs at "
+        f"temperature {r['sampled']['temperature']}, top-k/top-p off, seed {r['sampled']['seed']} + prompt "
+        f"index. Raw: `race.json` and the per-run reports beside it.",
+        "",
+    ]
+    bench = r.get("llama_bench", {}).get("rows", [])
+    if bench:
+        lines.append("llama-bench (plain, its own timing): " + "; ".join(
+            f"{'pp' + str(x['n_prompt']) if x['n_prompt'] else 'tg' + str(x['n_gen'])} "
+            f"{x['avg_ts']:.1f} ± {x['stddev_ts']:.1f} tok/s" for x in bench) + ".")
+        lines.append("")
+    for s in r["sets"]:
+        share = median(s["copyable_share"])
+        lines += [
+            f"**{s['model']}, {s['set']} prompts ({s['prompts']}), {s['sampling']}** — the share of our plain "
+            f"output a prompt lookup could copy: median {share:.2f} "
+            f"(min–max {min(s['copyable_share']):.2f}–{max(s['copyable_share']):.2f}).",
+            "",
+            "| engine, mode | decode tok/s, median (min–max) | ÷ own plain | ÷ llama.cpp plain "
+            "| ÷ llama.cpp's best n-gram | acceptance | output = own plain |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        rows, best = real_model_rows(s)
+        lines += rows
+        prefill_ours = s["ours_prefill_tps"]
+        prefill_llama = median([e["prompt_tps"] for e in s["llama"]["none"]])
+        lines += ["", f"Prefill: ours {prefill_ours['median']:.0f} tok/s (whole set), llama.cpp "
+                      f"{prefill_llama:.0f} tok/s (median per prompt); llama.cpp's best n-gram kind here: "
+                      f"`{best}`.", ""]
+    for s in r.get("default_pair", []):
+        ours = s["ours"]
+        own = ours["plain"]["per_prompt_tps"]
+        lines += [f"**Default pair (tiny Gemma 4 + its assistant, f32, ours only), {s['set']} prompts "
+                  f"({s['prompts']}), {s['sampling']}** — t_d {s['cost']['draft_step_secs']['median'] * 1e3:.2f} ms, "
+                  f"t_v(1) {s['cost']['verify_secs'][0]['secs']['median'] * 1e3:.2f} ms.", "",
+                  "| mode | decode tok/s, median (min–max) | ÷ plain (per prompt) | acceptance | depths chosen "
+                  "(depth:rounds) |", "| --- | --- | --- | --- | --- |"]
+        for name in ["plain", "mtp-adaptive"] + sorted(k for k in ours if k.startswith("mtp-k")):
+            if name not in ours:
+                continue
+            v = ours[name]
+            label = {"plain": "plain (`--no-draft`)", "mtp-adaptive": "default (adaptive)",
+                     "mtp-k4": "depth 4 (the seed's constant)"}.get(name, f"depth {name.removeprefix('mtp-k')}")
+            depths = " ".join(f"{d['depth']}:{d['rounds']}" for d in v.get("rounds_by_depth", []))
+            lines.append(f"| {label} | {spread(v['per_prompt_tps'])} | "
+                         f"{'' if name == 'plain' else ratio_spread(v['per_prompt_tps'], own)} | "
+                         f"{acc(name, v)} | {depths} |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("json", type=Path)
+    ap.add_argument("--update", type=Path, help="a Markdown file with the begin/end markers")
+    args = ap.parse_args()
+    table = render(json.loads(args.json.read_text()))
+    if not args.update:
+        sys.stdout.write(table)
+        return 0
+    text = args.update.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"{args.update} has no {BEGIN} ... {END} block", file=sys.stderr)
+        return 1
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    args.update.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
+    print(f"updated {args.update}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
