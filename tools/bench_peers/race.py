@@ -32,6 +32,7 @@ Usage (about 40 minutes on 2 cores):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -69,11 +70,13 @@ def sampling_flags(sampling: str) -> list[str]:
 
 
 def ours(args, prompts: Path, sampling: str, chat: bool, out: Path, *, model: list[str],
-         depths: str, schedules: str) -> dict:
+         depths: str, schedules: str, fresh: bool = True, reps: int | None = None) -> dict:
     cmd = [args.mtp, "bench", *model, "--prompts", prompts, "-n", args.num_predict,
-           "--reps", args.reps, "--warmup", 1, "--depths", depths, "--schedules", schedules,
-           "--fresh-schedules", "--cost-reps", 5, "--max-width", 8, "--threads", args.threads,
+           "--reps", reps or args.reps, "--warmup", 1, "--depths", depths, "--schedules", schedules,
+           "--cost-reps", 5, "--max-width", 9, "--threads", args.threads,
            *sampling_flags(sampling), "--json", out]
+    if fresh:
+        cmd.append("--fresh-schedules")
     if chat:
         cmd.append("--chat")
     sh(cmd, stdout=subprocess.DEVNULL)
@@ -232,6 +235,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--depths", default="2,4,8", help="our fixed lookup depths")
     ap.add_argument("--skip-default-pair", action="store_true")
+    ap.add_argument("--default-pair-reps", type=int, default=5,
+                    help="repetitions of the default pair's runs (its prompts take milliseconds)")
     ap.add_argument("--max-prompts", type=int, default=0, help="smoke runs: only the first N prompts")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -273,22 +278,28 @@ def main() -> int:
             (args.out / "race.json").write_text(json.dumps(report, indent=1) + "\n")
 
     if not args.skip_default_pair:
-        for set_name, file in [("open", ROOT / "models" / "prompts.txt"),
-                               ("grounded", ROOT / "models" / "prompts-grounded.txt")]:
-            for sampling in args.samplings.split(","):
-                tag = f"default-pair-{set_name}-{sampling}"
-                our = ours(args, file, sampling, False, args.out / f"ours-{tag}.json", model=[],
-                           depths="1,2,3,4", schedules="adaptive")
-                report.setdefault("default_pair", []).append({
-                    "set": set_name, "sampling": sampling, "prompts": our["setup"]["prompts"],
-                    "ours": {v["name"]: {"per_prompt_tps": v["per_prompt_decode_tokens_per_second"],
-                                         "acceptance": v["acceptance"], "mean_accepted": v["mean_accepted"],
-                                         "greedy_match": v["greedy_match"],
-                                         "rounds_by_depth": v["round_secs_by_depth"]}
-                             for v in our["variants"]},
-                    "cost": our["cost"],
-                })
-                (args.out / "race.json").write_text(json.dumps(report, indent=1) + "\n")
+        sets = [("open", ROOT / "models" / "prompts.txt"),
+                ("grounded", ROOT / "models" / "prompts-grounded.txt")]
+        # The controller new per request (each `mtp generate` process) and carried over from
+        # request to request (`mtp serve`), each run with its own plain rows.
+        for (set_name, file), sampling, fresh in itertools.product(
+                sets, args.samplings.split(","), (True, False)):
+            tag = f"default-pair-{set_name}-{sampling}-{'fresh' if fresh else 'shared'}"
+            our = ours(args, file, sampling, False, args.out / f"ours-{tag}.json", model=[],
+                       depths="1,2,3,4", schedules="adaptive", fresh=fresh,
+                       reps=args.default_pair_reps)
+            report.setdefault("default_pair", []).append({
+                "set": set_name, "sampling": sampling, "prompts": our["setup"]["prompts"],
+                "controller": "new per request" if fresh else "carried over",
+                "reps": our["setup"]["reps"],
+                "ours": {v["name"]: {"per_prompt_tps": v["per_prompt_decode_tokens_per_second"],
+                                     "acceptance": v["acceptance"], "mean_accepted": v["mean_accepted"],
+                                     "greedy_match": v["greedy_match"],
+                                     "rounds_by_depth": v["round_secs_by_depth"]}
+                         for v in our["variants"]},
+                "cost": our["cost"],
+            })
+            (args.out / "race.json").write_text(json.dumps(report, indent=1) + "\n")
     report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
     (args.out / "race.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out / 'race.json'}", file=sys.stderr)

@@ -39,6 +39,18 @@ def ratio_spread(a, b) -> str:
     return f"**{statistics.median(rs):.2f}×** ({min(rs):.2f}–{max(rs):.2f})"
 
 
+def set_rate(xs) -> float | None:
+    """The whole set's rate: every prompt decodes the same token count, so total tokens ÷
+    total time is the harmonic mean of the per-prompt rates."""
+    xs = [x for x in xs if x]
+    return len(xs) / sum(1 / x for x in xs) if xs else None
+
+
+def set_ratio(a, b) -> str:
+    ra, rb = set_rate(a), set_rate(b)
+    return f"{ra / rb:.3f}×" if ra and rb else "–"
+
+
 def median(xs) -> float | None:
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -62,7 +74,7 @@ def real_model_rows(s: dict) -> list[str]:
             name, f"ours lookup, depth {name.removeprefix('mtp-k')}")
         same = "" if name == "plain" else same_count(v["outputs"], plain_tokens, s["sampling"])
         rows.append(f"| {label} | {spread(v['per_prompt_tps'])} | {ratio_spread(v['per_prompt_tps'], own)} | "
-                    f"{ratio_spread(v['per_prompt_tps'], lp)} | "
+                    f"{set_ratio(v['per_prompt_tps'], own)} | {ratio_spread(v['per_prompt_tps'], lp)} | "
                     f"{'' if name == 'plain' else ratio_spread(v['per_prompt_tps'], spec[best_spec])} | "
                     f"{acc(name, v)} | {same} |")
     for kind, entries in llama.items():
@@ -71,7 +83,8 @@ def real_model_rows(s: dict) -> list[str]:
         accepted = sum(e["draft_n_accepted"] for e in entries)
         same = "" if kind == "none" else same_count([e["tokens"] for e in entries], llama_plain_tokens,
                                                       s["sampling"])
-        rows.append(f"| {LLAMA_NAMES.get(kind, kind)} | {spread(tps)} | {ratio_spread(tps, lp)} | | | "
+        rows.append(f"| {LLAMA_NAMES.get(kind, kind)} | {spread(tps)} | {ratio_spread(tps, lp)} | "
+                    f"{set_ratio(tps, lp)} | | | "
                     f"{'' if kind == 'none' else (f'{accepted / drafted:.2f}' if drafted else 'none drafted')} "
                     f"| {same} |")
     return rows, best_spec
@@ -114,9 +127,9 @@ def render(r: dict) -> str:
             f"output a prompt lookup could copy: median {share:.2f} "
             f"(min–max {min(s['copyable_share']):.2f}–{max(s['copyable_share']):.2f}).",
             "",
-            "| engine, mode | decode tok/s, median (min–max) | ÷ own plain | ÷ llama.cpp plain "
-            "| ÷ llama.cpp's best n-gram | acceptance | output = own plain |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            "| engine, mode | decode tok/s, median (min–max) | ÷ own plain | ÷ own plain, whole set "
+            "| ÷ llama.cpp plain | ÷ llama.cpp's best n-gram | acceptance | output = own plain |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         rows, best = real_model_rows(s)
         lines += rows
@@ -129,10 +142,11 @@ def render(r: dict) -> str:
         ours = s["ours"]
         own = ours["plain"]["per_prompt_tps"]
         lines += [f"**Default pair (tiny Gemma 4 + its assistant, f32, ours only), {s['set']} prompts "
-                  f"({s['prompts']}), {s['sampling']}** — t_d {s['cost']['draft_step_secs']['median'] * 1e3:.2f} ms, "
+                  f"({s['prompts']}), {s['sampling']}, controller {s['controller']}, "
+                  f"{s['reps']} repetitions (per-prompt medians over them)** — t_d {s['cost']['draft_step_secs']['median'] * 1e3:.2f} ms, "
                   f"t_v(1) {s['cost']['verify_secs'][0]['secs']['median'] * 1e3:.2f} ms.", "",
-                  "| mode | decode tok/s, median (min–max) | ÷ plain (per prompt) | acceptance | depths chosen "
-                  "(depth:rounds) |", "| --- | --- | --- | --- | --- |"]
+                  "| mode | decode tok/s, median (min–max) | ÷ plain (per prompt) | ÷ plain, whole set "
+                  "| acceptance | depths chosen (depth:rounds) |", "| --- | --- | --- | --- | --- | --- |"]
         for name in ["plain", "mtp-adaptive"] + sorted(k for k in ours if k.startswith("mtp-k")):
             if name not in ours:
                 continue
@@ -142,6 +156,7 @@ def render(r: dict) -> str:
             depths = " ".join(f"{d['depth']}:{d['rounds']}" for d in v.get("rounds_by_depth", []))
             lines.append(f"| {label} | {spread(v['per_prompt_tps'])} | "
                          f"{'' if name == 'plain' else ratio_spread(v['per_prompt_tps'], own)} | "
+                         f"{'' if name == 'plain' else set_ratio(v['per_prompt_tps'], own)} | "
                          f"{acc(name, v)} | {depths} |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

@@ -84,8 +84,12 @@ impl FromStr for ScheduleKind {
 pub struct RoundReport {
     /// The depth the schedule chose for the round (before the engine's caps).
     pub planned: usize,
-    /// Drafts actually proposed (0 for a plain round): `planned`, or less when the engine
-    /// capped the round (the remaining token budget, or a validation that cannot draft).
+    /// Drafts the engine asked the proposer for: `planned` after the engine's caps (the
+    /// remaining token budget, the request's largest depth, a validation that cannot draft);
+    /// 0 when it asked for none.
+    pub asked: usize,
+    /// Drafts actually proposed (0 for a plain round): `asked`, or less when the proposer had
+    /// fewer to offer (prompt lookup drafts only what it finds).
     pub drafted: usize,
     /// Draft positions the target judged: `drafted`, or fewer when an accepted EOS ended the
     /// round (the drafts after it were cut, not rejected).
@@ -197,6 +201,7 @@ mod tests {
     fn report(drafted: usize, accepted: usize) -> RoundReport {
         RoundReport {
             planned: drafted,
+            asked: drafted,
             drafted,
             judged: drafted,
             accepted,

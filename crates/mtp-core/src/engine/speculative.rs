@@ -196,14 +196,14 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         &mut self,
         validation: ValidationMode,
         remaining: usize,
-        asked: &mut Vec<usize>,
+        asked: &mut Vec<(usize, usize)>,
     ) -> Result<Option<Proposal<B>>, B::Error> {
         if self.switch.is_some_and(|s| !s.speculate()) {
             return Ok(None);
         }
         for arm in self.order() {
-            asked.push(arm);
             let depth = self.depth(arm, validation, remaining);
+            asked.push((arm, depth));
             if depth == 0 {
                 continue;
             }
@@ -277,6 +277,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                     &asked,
                     RoundReport {
                         planned: 0,
+                        asked: 0,
                         drafted: 0,
                         judged: 0,
                         accepted: 0,
@@ -308,9 +309,10 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                 RoundEnd::Continue => proposal.depth,
             };
             self.end_round(
-                &[proposal.arm],
+                &[(proposal.arm, proposal.requested)],
                 RoundReport {
                     planned: 0,
+                    asked: 0,
                     drafted: proposal.depth,
                     judged,
                     accepted: verdict.accepted,
@@ -332,16 +334,17 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
     }
 
     /// Count a finished round, log it and report it to the schedules of `arms` (the drafter,
-    /// or every proposer asked for a plain round), each with the depth it planned
-    /// (`elapsed`: from the round's start to its verdict, emission excluded). A round drafted
-    /// below the planned depth (the token budget, a validation that cannot draft, a proposer
-    /// with fewer drafts) is logged as capped.
-    fn end_round(&mut self, arms: &[usize], mut report: RoundReport) {
+    /// or every proposer asked for a plain round), each with the depth it planned and the
+    /// depth the engine asked of it (`elapsed`: from the round's start to its verdict, emission
+    /// excluded). A round drafted below the planned depth (the token budget, a validation that
+    /// cannot draft, a proposer with fewer drafts) is logged as capped.
+    fn end_round(&mut self, arms: &[(usize, usize)], mut report: RoundReport) {
         self.stats.record_round(report.drafted, report.accepted);
         let mut chosen = None;
-        for &i in arms {
+        for &(i, asked) in arms {
             if let Some(arm) = self.arms.get_mut(i) {
                 report.planned = arm.schedule.depth();
+                report.asked = asked;
                 chosen.get_or_insert(report.planned);
                 arm.schedule.observe(&report);
             }

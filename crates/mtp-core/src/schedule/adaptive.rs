@@ -41,30 +41,44 @@ const CONFIDENCE_Z: f64 = 2.0;
 /// `N` (`CostModel`). Depth 0 is plain decode: `E(0) = 1`, so drafting is chosen only when it
 /// beats plain decode's measured rate. Ties go to the smaller depth.
 ///
-/// **Reach.** `R = min(limit, frontier + 2)`: the request's limit (its `max_draft_tokens`,
-/// clamped to the context) and two past the deepest position whose acceptance is trusted
+/// **Reach.** `R = min(limit, frontier + 4)`: the request's limit (its `max_draft_tokens`,
+/// clamped to the context) and four past the deepest position whose acceptance is trusted
 /// (10 samples), so the depth climbs as acceptance is measured instead of leaping deep on a
 /// guess; the untrusted positions are scored on measured rates (see `AcceptanceModel`).
 ///
-/// **Exploration.** Every depth in `0..=R` is played until its cost is measured (two rounds),
-/// shallowest first; a new depth enters when the frontier advances. Afterwards the controller
-/// plays the best depth and, every `interval` rounds, probes one round, alternately above it
-/// (`best + 1`, within `R`; 2 from depth 0: the first draft carries the fixed cost of drafting,
-/// so a pair where only two drafts pay is still found) and below it (`best − 1`, which keeps the
-/// neighbour's cost fresh and plain decode's when the best is 1). The interval starts at 4 and resets to 4 when the choice
-/// changes. After a probe it doubles, up to 256, when the probed depth loses to the best even
-/// with every acceptance rate at its upper confidence bound (+2 standard errors); otherwise it
-/// holds, so a choice that early noise tipped the wrong way (say, to plain decode) is
-/// re-examined until the evidence settles it. When drafting does not pay the controller settles
-/// on 0 and spends one round in 256 re-checking depth 2.
+/// **Exploration.** Depths 0 and 1 are played first, two rounds each, to measure their cost;
+/// every other depth is judged by the straight cost line through the measured depths
+/// (`CostModel::estimate`) until it is played, and played when that line makes it the best
+/// (which measures it). Afterwards the controller plays the best depth and probes one round
+/// now and then, alternately above it (`best + 1`, within `R`; 2 from depth 0: the first draft
+/// carries the fixed cost of drafting, so a pair where only two drafts pay is still found) and
+/// below it (`best − 1`, which keeps the neighbour's cost fresh and plain decode's when the
+/// best is 1). The interval starts at 4 and resets to 4 when the choice changes. After a probe
+/// it doubles, up to 256, when the probed depth loses to the best even with every acceptance
+/// rate at its upper confidence bound (+2 standard errors); otherwise it holds, so a choice
+/// that early noise tipped the wrong way (say, to plain decode) is re-examined until the
+/// evidence settles it. Whatever the interval, a probe waits until what it is expected to lose
+/// (by the current estimates) fits in 1 % of the time since the last one (`PROBE_BUDGET`): a
+/// new controller on a pair where drafting does not pay stays within about 3 % of plain
+/// decoding over a single short generation. When drafting does not pay the controller settles
+/// on 0 and spends at most one round in 256 re-checking depth 2.
+///
+/// **Proposers that draft what they have.** Prompt lookup offers only the copies it finds:
+/// asked for `N`, it drafts `D = min(N, A)` with `A` its offer (often 0). The controller learns
+/// the offer per position (`q_j`, see `AcceptanceModel::offers`; an assistant's `q` stays 1) and
+/// scores a depth by its expectation over offers: `E(N) = 1 + Σ_{k≤N} Q_k·Π_{j≤k} a_j` and
+/// `cost(N) = cost(0) + Σ_{k≤N} Q_k·(cost(k) − cost(k−1))`, `Q_k = Π_{j≤k} q_j` — so asking
+/// lookup for more costs only in the rounds where it has more, and with `q = 1` this is the
+/// objective above.
 ///
 /// **What it learns from.** Acceptance from every round that drafted (positions the target
-/// judged); cost only from rounds that drafted exactly the planned depth — a round the engine
-/// cut short (the token budget, or a validation that cannot draft) is not a sample of the
-/// planned depth's cost and is not fed to the cost model.
+/// judged); offers from every round that asked for drafts; cost from every round, at the depth
+/// it drafted (a round cut short by the token budget, or with fewer drafts from the proposer,
+/// is a sample of the depth it ran, and a round with none a sample of plain decoding).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DepthController {
     accept: AcceptanceModel,
+    offer: AcceptanceModel,
     cost: CostModel,
     planned: usize,
     interval: u32,
@@ -92,6 +106,9 @@ pub struct ControllerSnapshot {
     pub acceptance: Vec<f64>,
     /// Acceptance samples per position (same length).
     pub acceptance_samples: Vec<u64>,
+    /// The proposer's offer rates `q_1..` (same length): 1 for a proposer that always drafts
+    /// what it is asked for.
+    pub offers: Vec<f64>,
     /// Measured round seconds per depth `0..` (up to the deepest measured; `null` where not).
     pub cost_secs: Vec<Option<f64>>,
     /// Rounds between probes now.
@@ -103,6 +120,7 @@ impl DepthController {
     pub fn new() -> Self {
         Self {
             accept: AcceptanceModel::new(MAX_DRAFT_TOKENS_LIMIT),
+            offer: AcceptanceModel::offers(MAX_DRAFT_TOKENS_LIMIT),
             cost: CostModel::new(MAX_DRAFT_TOKENS_LIMIT),
             planned: 0,
             interval: PROBE_INTERVAL_MIN,
@@ -124,10 +142,11 @@ impl DepthController {
             self.accept
                 .observe(report.judged.min(report.drafted), report.accepted);
         }
-        if report.drafted == report.planned {
-            self.cost
-                .observe(report.drafted, report.elapsed.as_secs_f64());
+        if report.asked > 0 {
+            self.offer.observe(report.asked, report.drafted);
         }
+        self.cost
+            .observe(report.drafted, report.elapsed.as_secs_f64());
         self.planned = self.plan(limit);
     }
 
@@ -151,18 +170,37 @@ impl DepthController {
         best
     }
 
-    /// The objective `E(n) / cost(n)` under acceptance `rates` for `n` in `0..=reach` (`None`
-    /// where the cost is not measured).
+    /// The objective `E(n) / cost(n)` under acceptance `rates` for `n` in `0..=reach`, both
+    /// expected over the proposer's offers (`None` where a cost is not known).
     fn scores(&self, limit: usize, rates: &[f64]) -> Vec<Option<f64>> {
+        self.expectations(limit, rates)
+            .into_iter()
+            .map(|e| e.map(|(tokens, cost)| tokens / cost))
+            .collect()
+    }
+
+    /// `(E(n), cost(n))` for `n` in `0..=reach` (see the type's docs), `None` from the first
+    /// depth whose cost is not known.
+    fn expectations(&self, limit: usize, rates: &[f64]) -> Vec<Option<(f64, f64)>> {
         let reach = self.reach(limit);
-        let (mut expected, mut survive) = (1.0, 1.0);
+        let offers = self.offer.rates();
+        let (mut tokens, mut survive, mut offered) = (1.0, 1.0, 1.0);
+        let mut cost = self.cost.estimate(0);
+        let mut previous = cost;
         (0..=reach)
             .map(|n| {
                 if n > 0 {
+                    offered *= offers[n - 1];
                     survive *= rates[n - 1];
-                    expected += survive;
+                    tokens += offered * survive;
+                    let here = self.cost.estimate(n);
+                    cost = match (cost, here, previous) {
+                        (Some(c), Some(h), Some(p)) => Some(c + offered * (h - p)),
+                        _ => None,
+                    };
+                    previous = here;
                 }
-                self.cost.estimate(n).map(|cost| expected / cost)
+                cost.filter(|c| *c > 0.0).map(|c| (tokens, c))
             })
             .collect()
     }
@@ -170,18 +208,16 @@ impl DepthController {
     /// Rounds a probe at `probe` must wait under [`PROBE_BUDGET`]: the time it is expected
     /// to lose against `best`'s rate, over the budget's share of a round at `best`.
     fn budget_interval(&self, limit: usize, probe: usize, best: usize) -> u32 {
-        let scores = self.scores(limit, &self.accept.rates());
-        let (Some(Some(p)), Some(Some(b)), Some(cost_p), Some(cost_b)) = (
-            scores.get(probe),
-            scores.get(best),
-            self.cost.estimate(probe),
-            self.cost.estimate(best),
-        ) else {
+        let expected = self.expectations(limit, &self.accept.rates());
+        let (Some(Some((tokens_p, cost_p))), Some(Some((tokens_b, cost_b)))) =
+            (expected.get(probe), expected.get(best))
+        else {
             return 0;
         };
-        // The probe's expected tokens at the best's rate take `tokens / b`; it takes `cost_p`.
-        let lost = cost_p - (p * cost_p) / b;
-        if lost <= 0.0 || cost_b <= 0.0 {
+        // The probe's expected tokens, made at the best's rate, would take
+        // `tokens_p · cost_b / tokens_b`; the probe takes `cost_p`.
+        let lost = cost_p - tokens_p * cost_b / tokens_b;
+        if lost <= 0.0 || *cost_b <= 0.0 {
             return 0;
         }
         (lost / (PROBE_BUDGET * cost_b))
@@ -189,8 +225,9 @@ impl DepthController {
             .min(f64::from(u32::MAX)) as u32
     }
 
-    /// The next round's depth: an unmeasured depth within reach (shallowest first), else a
-    /// probe when one is due, else the best depth.
+    /// The next round's depth: depth 0 or 1 while fewer than two depths are measured, else the
+    /// best depth by the estimates when it is unplayed, else a probe when one is due, else the
+    /// best depth.
     fn plan(&mut self, limit: usize) -> usize {
         let reach = self.reach(limit);
         // Until two depths are measured no line judges the others: play them, shallowest first.
@@ -261,6 +298,7 @@ impl DepthController {
             frontier,
             acceptance: self.accept.rates()[..shown].to_vec(),
             acceptance_samples: self.accept.samples()[..shown].to_vec(),
+            offers: self.offer.rates()[..shown].to_vec(),
             cost_secs,
             probe_interval: self.interval,
         }
@@ -338,6 +376,7 @@ mod tests {
     fn round(planned: usize, drafted: usize, accepted: usize, ms: u64) -> RoundReport {
         RoundReport {
             planned,
+            asked: drafted,
             drafted,
             judged: drafted,
             accepted,
@@ -360,20 +399,58 @@ mod tests {
     }
 
     #[test]
-    fn budget_capped_rounds_teach_acceptance_but_not_cost() {
+    fn capped_rounds_teach_the_depth_they_ran() {
         let mut c = DepthController::new();
         c.observe(&round(0, 0, 0, 10), 8);
         c.observe(&round(0, 0, 0, 10), 8);
         assert_eq!(c.planned(8), 1);
-        // Planned 1, but the budget left room for none: a plain round, not depth 1's cost,
-        // and not depth 0's either.
-        c.observe(&round(1, 0, 0, 3), 8);
+        // Planned 1, but the budget left room for none: a plain round, a sample of depth 0.
+        c.observe(&round(1, 0, 0, 10), 8);
         let snap = c.snapshot();
         assert_eq!(snap.cost_secs, vec![Some(0.010)]);
         assert_eq!(snap.acceptance_samples, vec![0]);
-        c.observe(&round(4, 2, 2, 50), 8);
-        assert_eq!(c.snapshot().acceptance_samples, vec![1]);
-        assert_eq!(c.snapshot().cost_secs, vec![Some(0.010)]);
+        // Planned 4, asked 4, the proposer had 2: depth 2's cost, acceptance of 1 and 2, and
+        // an offer that stopped after position 2.
+        let short = RoundReport {
+            planned: 4,
+            asked: 4,
+            drafted: 2,
+            judged: 2,
+            accepted: 2,
+            elapsed: Duration::from_millis(14),
+        };
+        c.observe(&short, 8);
+        c.observe(&short, 8);
+        let snap = c.snapshot();
+        assert_eq!(snap.cost_secs, vec![Some(0.010), None, Some(0.014)]);
+        assert_eq!(c.accept.samples()[..3], [2, 2, 0]);
+        let offers = c.offer.rates();
+        assert_eq!(offers[..2], [1.0, 1.0]);
+        assert!(offers[2] < 1.0, "{offers:?}");
+    }
+
+    #[test]
+    fn a_proposer_that_rarely_offers_costs_only_when_it_does() {
+        let mut c = DepthController::new();
+        // Plain rounds cost 10 ms; a round with 4 drafts 13 ms, all accepted; the proposer
+        // has drafts in one round of 10.
+        for i in 0..400 {
+            let planned = c.planned(8);
+            let drafted = if i % 10 == 0 { planned.min(4) } else { 0 };
+            let ms = 10 + 3 * u64::from(drafted > 0) * drafted as u64 / 4;
+            c.observe(
+                &RoundReport {
+                    planned,
+                    asked: planned,
+                    drafted,
+                    judged: drafted,
+                    accepted: drafted,
+                    elapsed: Duration::from_millis(ms),
+                },
+                8,
+            );
+        }
+        assert!(c.best_depth(8) >= 4, "{:?}", c.snapshot());
     }
 
     #[test]

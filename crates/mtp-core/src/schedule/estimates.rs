@@ -70,16 +70,33 @@ impl Rate {
 /// [`frontier`](Self::frontier) — the deepest position with every position up to it
 /// trusted — bounds how deep the controller looks, so the prior of an untrusted position
 /// matters for one position past it only.
+///
+/// The same model counts *offers* (see [`AcceptanceModel::offers`]): `q_j` = P(the proposer
+/// had a draft for position `j` | it had one for `1..j` and was asked for `j`), from
+/// `observe(asked, drafted)`. An assistant always offers what it is asked for (`q = 1`);
+/// prompt lookup drafts only what it finds.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct AcceptanceModel {
     positions: Vec<Rate>,
+    /// The rate of a position with no sample and nothing before it to lean on.
+    empty: f64,
 }
 
 impl AcceptanceModel {
-    /// No samples for positions `1..=depths`.
+    /// No samples for positions `1..=depths` (acceptance: nothing assumed, 0).
     pub fn new(depths: usize) -> Self {
         Self {
             positions: vec![Rate::default(); depths],
+            empty: 0.0,
+        }
+    }
+
+    /// An offer model for positions `1..=depths`: until a proposer has been asked, it is
+    /// taken to offer everything (1), as an MTP head does.
+    pub fn offers(depths: usize) -> Self {
+        Self {
+            positions: vec![Rate::default(); depths],
+            empty: 1.0,
         }
     }
 
@@ -117,7 +134,8 @@ impl AcceptanceModel {
                     previous = Some(r.value);
                     return r.value;
                 }
-                let prior = trusted.or(previous).unwrap_or(r.value);
+                let own = if r.samples == 0 { self.empty } else { r.value };
+                let prior = trusted.or(previous).unwrap_or(own);
                 let n = r.samples as f64;
                 let rate = (n * r.value + (trust - n) * prior) / trust;
                 previous = Some(rate);

@@ -118,6 +118,7 @@ mod tests {
             let d = s.depth();
             s.observe(&RoundReport {
                 planned: d,
+                asked: d,
                 drafted: d,
                 judged: d,
                 accepted: if accept { d } else { 0 },

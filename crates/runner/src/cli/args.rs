@@ -265,7 +265,9 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = whole::<usize>)]
     pub repeat_last_n: usize,
     /// Seed of the sampler's random stream [default: random, printed in the statistics so the
-    /// run can be repeated].
+    /// run can be repeated]. A sampled run repeats token for token under a fixed draft depth
+    /// (`--draft-schedule constant`, or `--no-draft`); the default adaptive schedule picks
+    /// depths from measured timings, so its draws (not their distribution) can differ.
     #[arg(long, value_parser = whole::<u64>)]
     pub seed: Option<u64>,
 }
