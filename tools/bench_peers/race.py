@@ -3,7 +3,7 @@
 token counts and threads, with every ratio taken within one run; writes one JSON file that
 `race_table.py` turns into BENCHMARKS.md's headline table.
 
-Per prompt set (open, grounded, chat) and sampling (greedy; sampled at temperature 0.8 with
+Per prompt set (open, grounded; chat with `--sets` for a model with a chat template) and sampling (greedy; sampled at temperature 0.8 with
 fixed seeds):
 
 * ours: `mtp bench --draft-kind ngram` on the real GGUF — plain decoding, prompt lookup under
@@ -228,13 +228,17 @@ def main() -> int:
     ap.add_argument("--gguf", type=Path, default=DEFAULT_GGUF)
     ap.add_argument("--llama", type=Path, default=DEFAULT_PEERS / "llama.cpp-0.3.36")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--sets", default="open,grounded,chat")
+    ap.add_argument("--sets", default="open,grounded",
+                    help="prompt sets of prompts/; `chat` needs a model with a chat template "
+                         "(the real GGUF is Gemma 3 270M's base model and has none)")
     ap.add_argument("--samplings", default="greedy,sampled")
     ap.add_argument("-n", "--num-predict", type=int, default=128)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--depths", default="2,4,8", help="our fixed lookup depths")
-    ap.add_argument("--skip-default-pair", action="store_true")
+    ap.add_argument("--parts", default="real,default-pair",
+                    help="what to run: `real` (the GGUF against llama.cpp), `default-pair`; "
+                         "running only `default-pair` replaces those rows of an existing race.json")
     ap.add_argument("--default-pair-reps", type=int, default=5,
                     help="repetitions of the default pair's runs (its prompts take milliseconds)")
     ap.add_argument("--max-prompts", type=int, default=0, help="smoke runs: only the first N prompts")
@@ -242,11 +246,33 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     build_info = json.loads((args.llama / "build-info.json").read_text())
 
+    parts = set(args.parts.split(","))
+    existing = args.out / "race.json"
+    if "real" not in parts and existing.exists():
+        report = json.loads(existing.read_text())
+        report["default_pair"] = []
+        report["default_pair_commit"] = git("rev-parse", "HEAD")
+        run_default_pair(args, report)
+        report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        existing.write_text(json.dumps(report, indent=1) + "\n")
+        return 0
     report = {"schema_version": 1, "machine": machine(), "ours_commit": git("rev-parse", "HEAD"),
               "ours_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
               "peer_build": build_info, "num_predict": args.num_predict, "threads": args.threads,
               "reps": args.reps, "sampled": SAMPLED, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
               "gguf": str(args.gguf), "sets": []}
+    if "real" in parts:
+        run_real(args, report)
+    if "default-pair" in parts:
+        run_default_pair(args, report)
+    report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    (args.out / "race.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out / 'race.json'}", file=sys.stderr)
+    return 0
+
+
+def run_real(args, report: dict) -> None:
+    """The GGUF: ours and llama.cpp, per prompt set and sampling."""
     report["peer_build"]["system_info"] = peer_system_info(args)
     report["llama_bench"] = llama_bench(args)
     for set_name in args.sets.split(","):
@@ -277,33 +303,31 @@ def main() -> int:
             })
             (args.out / "race.json").write_text(json.dumps(report, indent=1) + "\n")
 
-    if not args.skip_default_pair:
-        sets = [("open", ROOT / "models" / "prompts.txt"),
-                ("grounded", ROOT / "models" / "prompts-grounded.txt")]
-        # The controller new per request (each `mtp generate` process) and carried over from
-        # request to request (`mtp serve`), each run with its own plain rows.
-        for (set_name, file), sampling, fresh in itertools.product(
-                sets, args.samplings.split(","), (True, False)):
-            tag = f"default-pair-{set_name}-{sampling}-{'fresh' if fresh else 'shared'}"
-            our = ours(args, file, sampling, False, args.out / f"ours-{tag}.json", model=[],
-                       depths="1,2,3,4", schedules="adaptive", fresh=fresh,
-                       reps=args.default_pair_reps)
-            report.setdefault("default_pair", []).append({
-                "set": set_name, "sampling": sampling, "prompts": our["setup"]["prompts"],
-                "controller": "new per request" if fresh else "carried over",
-                "reps": our["setup"]["reps"],
-                "ours": {v["name"]: {"per_prompt_tps": v["per_prompt_decode_tokens_per_second"],
-                                     "acceptance": v["acceptance"], "mean_accepted": v["mean_accepted"],
-                                     "greedy_match": v["greedy_match"],
-                                     "rounds_by_depth": v["round_secs_by_depth"]}
-                         for v in our["variants"]},
-                "cost": our["cost"],
-            })
-            (args.out / "race.json").write_text(json.dumps(report, indent=1) + "\n")
-    report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    (args.out / "race.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {args.out / 'race.json'}", file=sys.stderr)
-    return 0
+
+def run_default_pair(args, report: dict) -> None:
+    """The default pair: ours only, the controller new per request and carried over."""
+    sets = [("open", ROOT / "models" / "prompts.txt"),
+            ("grounded", ROOT / "models" / "prompts-grounded.txt")]
+    # The controller new per request (each `mtp generate` process) and carried over from
+    # request to request (`mtp serve`), each run with its own plain rows.
+    for (set_name, file), sampling, fresh in itertools.product(
+            sets, args.samplings.split(","), (True, False)):
+        tag = f"default-pair-{set_name}-{sampling}-{'fresh' if fresh else 'shared'}"
+        our = ours(args, file, sampling, False, args.out / f"ours-{tag}.json", model=[],
+                   depths="1,2,3,4", schedules="adaptive", fresh=fresh,
+                   reps=args.default_pair_reps)
+        report.setdefault("default_pair", []).append({
+            "set": set_name, "sampling": sampling, "prompts": our["setup"]["prompts"],
+            "controller": "new per request" if fresh else "carried over",
+            "reps": our["setup"]["reps"],
+            "ours": {v["name"]: {"per_prompt_tps": v["per_prompt_decode_tokens_per_second"],
+                                 "acceptance": v["acceptance"], "mean_accepted": v["mean_accepted"],
+                                 "greedy_match": v["greedy_match"],
+                                 "rounds_by_depth": v["round_secs_by_depth"]}
+                     for v in our["variants"]},
+            "cost": our["cost"],
+        })
+        (args.out / "race.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":

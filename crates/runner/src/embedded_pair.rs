@@ -57,7 +57,7 @@ pub fn embedded_bytes() -> usize {
 }
 
 /// `$XDG_CACHE_HOME/mtp-rs`, else the platform's per-user cache, else the temporary directory.
-fn cache_root() -> PathBuf {
+pub fn cache_root() -> PathBuf {
     let non_empty = |key: &str| std::env::var_os(key).filter(|v| !v.is_empty());
     if let Some(xdg) = non_empty("XDG_CACHE_HOME") {
         return PathBuf::from(xdg).join("mtp-rs");

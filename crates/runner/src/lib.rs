@@ -40,6 +40,7 @@ pub mod models;
 pub mod pipeline;
 pub mod proposers;
 pub mod sampling_defaults;
+pub mod schedule_store;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod tokenizer;

@@ -385,6 +385,12 @@ impl<B: Backend> Pipeline<B> {
         self.target.max_context()
     }
 
+    /// The adaptive schedule's learned state, shared by every engine of this pipeline (to
+    /// keep between processes with [`crate::schedule_store::ScheduleStore`]).
+    pub fn schedule_memory(&self) -> &ScheduleMemory {
+        &self.schedules
+    }
+
     /// A decode engine over the target and every proposer that is on — the assistant, the
     /// draft model, prompt lookup, in that order; with several, each round drafts with the one
     /// whose running expected accepted length is highest — keeping the adaptive schedule's

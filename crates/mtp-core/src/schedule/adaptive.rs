@@ -75,7 +75,7 @@ const CONFIDENCE_Z: f64 = 2.0;
 /// judged); offers from every round that asked for drafts; cost from every round, at the depth
 /// it drafted (a round cut short by the token budget, or with fewer drafts from the proposer,
 /// is a sample of the depth it ran, and a round with none a sample of plain decoding).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DepthController {
     accept: AcceptanceModel,
     offer: AcceptanceModel,
@@ -129,6 +129,19 @@ impl DepthController {
             probed: None,
             probe_down: false,
         }
+    }
+
+    /// Whether this state is one a controller can hold: every table of the right size, rates in
+    /// `[0, 1]`, finite non-negative costs, depths and probe intervals within bounds. State
+    /// read back from a file (see `ScheduleMemory::import`) is checked with it.
+    pub fn is_valid(&self) -> bool {
+        self.accept.is_valid(MAX_DRAFT_TOKENS_LIMIT)
+            && self.offer.is_valid(MAX_DRAFT_TOKENS_LIMIT)
+            && self.cost.is_valid(MAX_DRAFT_TOKENS_LIMIT)
+            && self.planned <= MAX_DRAFT_TOKENS_LIMIT
+            && self.best <= MAX_DRAFT_TOKENS_LIMIT
+            && self.probed.is_none_or(|p| p <= MAX_DRAFT_TOKENS_LIMIT)
+            && (PROBE_INTERVAL_MIN..=PROBE_INTERVAL_MAX).contains(&self.interval)
     }
 
     /// The depth for the next round under `limit` (at most `limit`).

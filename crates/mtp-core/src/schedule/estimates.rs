@@ -31,7 +31,7 @@ const LOAD_ALPHA: f64 = 0.3;
 
 /// A running mean that turns into a slow EWMA, with a fast EWMA beside it: when the fast one
 /// leaves the slow one by more than noise explains, the slow one jumps to it (drift).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Rate {
     value: f64,
     fast: f64,
@@ -75,7 +75,7 @@ impl Rate {
 /// had a draft for position `j` | it had one for `1..j` and was asked for `j`), from
 /// `observe(asked, drafted)`. An assistant always offers what it is asked for (`q = 1`);
 /// prompt lookup drafts only what it finds.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) struct AcceptanceModel {
     positions: Vec<Rate>,
     /// The rate of a position with no sample and nothing before it to lean on.
@@ -160,6 +160,17 @@ impl AcceptanceModel {
             .collect()
     }
 
+    /// Whether this is a model of `depths` positions holding rates in `[0, 1]` (a check for
+    /// state read back from a file).
+    pub fn is_valid(&self, depths: usize) -> bool {
+        self.positions.len() == depths
+            && (0.0..=1.0).contains(&self.empty)
+            && self
+                .positions
+                .iter()
+                .all(|r| (0.0..=1.0).contains(&r.value) && (0.0..=1.0).contains(&r.fast))
+    }
+
     /// Samples seen at each position.
     pub fn samples(&self) -> Vec<u64> {
         self.positions.iter().map(|r| r.samples).collect()
@@ -167,7 +178,7 @@ impl AcceptanceModel {
 }
 
 /// One depth's round-cost estimate, in seconds at the reference load.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Cost {
     seconds: f64,
     samples: u32,
@@ -193,7 +204,7 @@ struct Cost {
 /// the one that looks cheapest). A round slower than 1.5 × `load × base` is taken for a host stall and
 /// ignored, unless three come in a row (then the cost really changed). An unmeasured depth is
 /// judged by [`estimate`](Self::estimate)'s straight line through the measured ones.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) struct CostModel {
     depths: Vec<Cost>,
     load: f64,
@@ -276,6 +287,18 @@ impl CostModel {
         let [(d0, c0), (d1, c1)] = [measured[measured.len() - 2], measured[measured.len() - 1]];
         let slope = ((c1 - c0) / (d1 - d0) as f64).max(0.0);
         Some(c1 + slope * (depth - d1) as f64)
+    }
+
+    /// Whether this is a model of depths `0..=depths` holding finite, non-negative costs and a
+    /// positive load (a check for state read back from a file).
+    pub fn is_valid(&self, depths: usize) -> bool {
+        self.depths.len() == depths + 1
+            && self.load.is_finite()
+            && self.load > 0.0
+            && self
+                .depths
+                .iter()
+                .all(|c| c.seconds.is_finite() && c.seconds >= 0.0)
     }
 
     /// Depths with a measured base.

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::adaptive::{AdaptiveSchedule, ControllerSnapshot, SharedController};
+use super::adaptive::{AdaptiveSchedule, ControllerSnapshot, DepthController, SharedController};
 use super::{ConstantSchedule, DraftSchedule, HeuristicSchedule, ScheduleKind};
 use crate::options::{DecodeMode, ValidationMode};
 
@@ -21,7 +21,7 @@ use crate::options::{DecodeMode, ValidationMode};
 ///
 /// The model pair is the [`ScheduleMemory`]'s own: one memory serves one target and drafter
 /// (the engine and the runner's `Pipeline` each own one).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ScheduleKey {
     /// The proposer's name.
     pub proposer: String,
@@ -75,6 +75,45 @@ impl ScheduleMemory {
                 Box::new(AdaptiveSchedule::with_controller(self.controller(key), max))
             }
         }
+    }
+
+    /// Every controller's learned state, sorted by key, to keep elsewhere (a file between
+    /// processes) and give back with [`import`](Self::import).
+    pub fn export(&self) -> Vec<(ScheduleKey, DepthController)> {
+        let map = self
+            .controllers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut all: Vec<(ScheduleKey, DepthController)> = map
+            .iter()
+            .map(|(k, c)| {
+                let c = c.lock().unwrap_or_else(PoisonError::into_inner);
+                (k.clone(), c.clone())
+            })
+            .collect();
+        all.sort_by(|a, b| format!("{:?}", a.0).cmp(&format!("{:?}", b.0)));
+        all
+    }
+
+    /// Take `entries` as the learned state of their keys (replacing what the memory holds for
+    /// them); entries that fail [`DepthController::is_valid`] are skipped. Returns how many
+    /// were taken.
+    pub fn import(
+        &self,
+        entries: impl IntoIterator<Item = (ScheduleKey, DepthController)>,
+    ) -> usize {
+        let mut map = self
+            .controllers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut taken = 0;
+        for (key, controller) in entries {
+            if controller.is_valid() {
+                map.insert(key, Arc::new(Mutex::new(controller)));
+                taken += 1;
+            }
+        }
+        taken
     }
 
     /// Every controller's state, sorted by key (proposer, backend, mode, ...) for stable
@@ -166,5 +205,30 @@ mod tests {
         let mut constant = clone.schedule(&key("assistant"), ScheduleKind::Constant, 4, 8);
         assert_eq!(constant.depth(), 4);
         assert_eq!(clone.snapshot().len(), 3);
+    }
+
+    #[test]
+    fn exported_state_comes_back_through_json_and_bad_state_is_refused() {
+        let memory = ScheduleMemory::new();
+        let mut good = memory.schedule(&key("assistant"), ScheduleKind::Adaptive, 4, 8);
+        play(good.as_mut(), 150, true, 10);
+        let learned = good.depth();
+        assert!(learned > 0);
+        let json = serde_json::to_string(&memory.export()).expect("serialise");
+        let entries: Vec<(ScheduleKey, DepthController)> =
+            serde_json::from_str(&json).expect("deserialise");
+        let restored = ScheduleMemory::new();
+        assert_eq!(restored.import(entries.clone()), 1);
+        let mut again = restored.schedule(&key("assistant"), ScheduleKind::Adaptive, 4, 8);
+        assert_eq!(
+            again.depth(),
+            learned,
+            "a new process starts where the last one settled"
+        );
+        // A tampered file: a rate above 1 is refused, not taken.
+        let broken = json.replacen("\"value\":", "\"value\":7.5,\"was\":", 1);
+        let entries: Vec<(ScheduleKey, DepthController)> =
+            serde_json::from_str(&broken).expect("still JSON");
+        assert_eq!(ScheduleMemory::new().import(entries), 0);
     }
 }

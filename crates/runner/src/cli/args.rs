@@ -75,6 +75,11 @@ pub struct GenerateArgs {
     /// What proposes the drafts.
     #[command(flatten)]
     pub proposers: super::proposer_args::ProposerArgs,
+    /// Start the adaptive schedule from nothing instead of from what earlier runs of the same
+    /// models, backend and options on this machine learned (kept in the cache directory's
+    /// `schedules/`); what this run learns is kept all the same.
+    #[arg(long, help_heading = "Speculative decoding")]
+    pub forget_schedule: bool,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,

@@ -8,13 +8,15 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use mtp_core::engine::{CancelToken, GenerateRequest, SinkFlow};
 use mtp_core::model::TargetModel;
-use mtp_core::options::LogprobsRequest;
+use mtp_core::options::{DecodeMode, LogprobsRequest};
 use mtp_core::sampling::SamplerOptions;
+use mtp_core::schedule::ScheduleKind;
 use mtp_core::Backend;
 use runner::loading::LoadOptions;
 use runner::logprobs::TokenLogprob;
 use runner::proposers::ProposerChoice;
 use runner::sampling_defaults::sampling_defaults;
+use runner::schedule_store::{cpu_identity, file_identity, ScheduleStore};
 use runner::tokenizer::{ChatMessage, ChatOptions};
 use runner::{ModelPaths, PromptFormat};
 
@@ -165,6 +167,18 @@ fn run_on<B: Backend>(
     };
     tracing::info!(backend = %backend_name, prompt_tokens = prompt_ids.len(), ?mode, "generating");
 
+    let store = keeps_schedule(&pipeline, &request)?.then(|| schedule_store(inputs, options));
+    if let Some(store) = &store {
+        if !args.forget_schedule {
+            match store.load_into(pipeline.schedule_memory()) {
+                Ok(taken) => {
+                    tracing::info!(taken, path = %store.path().display(), "schedule state")
+                }
+                Err(e) => tracing::warn!("starting the draft schedule afresh: {e}"),
+            }
+        }
+    }
+
     let cancel = CancelToken::new();
     let interrupted = install_ctrl_c(&cancel);
     let mut stream = TextStream::new();
@@ -193,6 +207,11 @@ fn run_on<B: Backend>(
             .context("cannot write the JSON")?;
     } else {
         stream.finish().context("cannot write the text")?;
+    }
+    if let Some(store) = &store {
+        if let Err(e) = store.save(pipeline.schedule_memory()) {
+            tracing::warn!("the draft schedule's state is not kept for the next run: {e}");
+        }
     }
     console::err(&summary(&generation.response, &run))?;
     if interrupted.load(Ordering::SeqCst) {
@@ -256,4 +275,48 @@ fn install_ctrl_c(cancel: &CancelToken) -> Arc<AtomicBool> {
         tracing::warn!(error = %e, "cannot install the Ctrl-C handler");
     }
     pressed
+}
+
+/// Whether `request` runs the adaptive schedule (speculation on), whose learned state is kept
+/// between runs.
+fn keeps_schedule<B: Backend>(
+    pipeline: &runner::Pipeline<B>,
+    request: &GenerateRequest,
+) -> anyhow::Result<bool> {
+    let engine = pipeline.engine();
+    let options = engine
+        .mtp_options(request)
+        .context("invalid draft option")?;
+    let speculative = engine
+        .decode_mode(request)
+        .context("invalid draft option")?
+        != DecodeMode::Plain;
+    Ok(speculative && options.schedule == ScheduleKind::Adaptive)
+}
+
+/// The store of this run's setup: the models, proposers, backend, load options, threads, CPU
+/// and version (see [`ScheduleStore`]).
+fn schedule_store(inputs: &Inputs<'_>, options: &LoadOptions) -> ScheduleStore {
+    let args = inputs.args;
+    let mut setup = vec![
+        format!("mtp {}", env!("CARGO_PKG_VERSION")),
+        format!("target {}", file_identity(&inputs.paths.target)),
+        format!(
+            "backend {:?} device {:?}",
+            args.model.backend, args.model.device
+        ),
+        format!("load {options:?}"),
+        format!("threads {:?}", args.model.threads),
+        format!("cpu {}", cpu_identity()),
+    ];
+    if let Some(drafter) = &inputs.paths.drafter {
+        setup.push(format!("assistant {}", file_identity(drafter)));
+    }
+    if let Some(model) = &inputs.proposers.model {
+        setup.push(format!("draft model {}", file_identity(model)));
+    }
+    if let Some(ngram) = inputs.proposers.ngram {
+        setup.push(format!("prompt lookup {ngram:?}"));
+    }
+    ScheduleStore::in_cache(setup)
 }
