@@ -224,6 +224,8 @@ fn environment_settings_apply_and_bad_values_are_ignored() {
         ("MTP_INITIAL_DRAFT_TOKENS", "2"),
         ("MTP_MAX_DRAFT_TOKENS", "banana"),
         ("MTP_SERIAL_VALIDATE", "true"),
+        // The initial depth is the constant schedule's (the adaptive default ignores it).
+        ("MTP_DRAFT_SCHEDULE", "constant"),
     ]));
     let options = engine.mtp_options(&req).expect("options");
     assert_eq!(options.initial_draft_tokens, 2);

@@ -153,6 +153,8 @@ fn check_report(table: &str, r: &Value, backend: &str) {
                 assert!(positions.is_empty());
                 assert_eq!(finite(&v["ideal_speedup"], name), 1.0);
             }
+            // The adaptive schedule may settle on plain decoding within a quick run.
+            "mtp-adaptive" => assert_eq!(v["mode"], "greedy-mtp", "{name}"),
             _ => {
                 assert_eq!(v["mode"], "greedy-mtp", "{name}");
                 assert!(!positions.is_empty(), "{name}");

@@ -119,19 +119,10 @@ impl ScheduleMemory {
     /// Every controller's state, sorted by key (proposer, backend, mode, ...) for stable
     /// output.
     pub fn snapshot(&self) -> Vec<(ScheduleKey, ControllerSnapshot)> {
-        let map = self
-            .controllers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let mut all: Vec<(ScheduleKey, ControllerSnapshot)> = map
-            .iter()
-            .map(|(k, c)| {
-                let c = c.lock().unwrap_or_else(PoisonError::into_inner);
-                (k.clone(), c.snapshot())
-            })
-            .collect();
-        all.sort_by(|a, b| format!("{:?}", a.0).cmp(&format!("{:?}", b.0)));
-        all
+        self.export()
+            .into_iter()
+            .map(|(key, controller)| (key, controller.snapshot()))
+            .collect()
     }
 }
 

@@ -41,7 +41,10 @@ pub fn batched_worker(queue: usize, parallel: usize) -> WorkerEngine {
         WorkerOptions {
             name: NAME.into(),
             queue_depth: queue,
-            env: Default::default(),
+            // The seed's constant schedule: these tests check what speculation does to the
+            // responses, so drafting must happen (the adaptive default may settle on plain
+            // decoding for the tiny pair).
+            env: [("MTP_DRAFT_SCHEDULE".to_string(), "constant".to_string())].into(),
             prefix_reuse: Default::default(),
             batch: BatchOptions {
                 max_batch: parallel,
