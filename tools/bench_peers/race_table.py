@@ -111,7 +111,9 @@ def render(r: dict) -> str:
         f"({b['source']}, `GGML_NATIVE=ON`; its system_info: `{b.get('system_info', '?')}`). "
         f"{r['num_predict']} tokens per prompt, EOS ignored, {r['reps']} repetition(s); sampled runs at "
         f"temperature {r['sampled']['temperature']}, top-k/top-p off, seed {r['sampled']['seed']} + prompt "
-        f"index. Raw: `race.json` and the per-run reports beside it.",
+        f"index. Raw: `race.json` and the per-run reports beside it"
+        + (f"; the default-pair rows were run again on their own at `{r['default_pair_commit'][:10]}`"
+           if r.get("default_pair_commit") else "") + ".",
         "",
     ]
     bench = r.get("llama_bench", {}).get("rows", [])
