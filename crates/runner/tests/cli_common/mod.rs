@@ -91,24 +91,23 @@ pub fn mtp() -> Command {
         cmd.env_remove(key);
     }
     // The seed's constant schedule (these tests check what speculation does, so drafting
-    // must happen; `--draft-schedule` still overrides it), and a cache of this call's own, so
-    // no run starts from the adaptive schedule state an earlier run kept.
+    // must happen; `--draft-schedule` still overrides it), and a cache of this test process's
+    // own, so no run starts from adaptive schedule state that another test run kept.
     cmd.env("MTP_DRAFT_SCHEDULE", "constant");
-    cmd.env("XDG_CACHE_HOME", fresh_cache_dir());
+    cmd.env("XDG_CACHE_HOME", test_cache_dir());
     cmd
 }
 
-/// A new, empty cache directory for one `mtp` call.
-fn fresh_cache_dir() -> std::path::PathBuf {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "mtp-cli-test-cache-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// This test process's cache directory (emptied on first use; the embedded pair is written
+/// there once).
+fn test_cache_dir() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("mtp-cli-test-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    })
+    .clone()
 }
 
 /// `mtp generate --model <case target> [--draft <case assistant>] <prompt_text> --json`
