@@ -38,7 +38,6 @@ import os
 import platform
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time

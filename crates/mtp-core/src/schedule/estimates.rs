@@ -203,7 +203,7 @@ struct Cost {
 /// `0.2·clamp(x − c, ±25 % of c)` (at most 5 %; symmetric, so that the depth played most is not
 /// the one that looks cheapest). A round slower than 1.5 × `load × base` is taken for a host stall and
 /// ignored, unless three come in a row (then the cost really changed). An unmeasured depth is
-/// judged by [`estimate`](Self::estimate)'s straight line through the measured ones.
+/// judged by [`estimates`](Self::estimates)' straight line through the measured ones.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) struct CostModel {
     depths: Vec<Cost>,
@@ -263,30 +263,33 @@ impl CostModel {
             .map(|c| c.seconds)
     }
 
-    /// The cost of `depth` for the objective: its measured base, else a straight line through
-    /// the measured depths (between two measured depths, their interpolation; past the deepest,
-    /// its base plus the slope of the two deepest, never negative). `None` until two depths
-    /// are measured, or for a depth below every measured one. A round's cost is nearly linear
-    /// in its depth (a draft step and a verify row per draft), so an unplayed depth is judged
-    /// by that line instead of being played blind; it is measured when it is played.
-    pub fn estimate(&self, depth: usize) -> Option<f64> {
-        if let Some(c) = self.get(depth) {
-            return Some(c);
-        }
+    /// The costs of depths `0..=upto` for the objective: each depth's measured base, else a
+    /// straight line through the measured depths (between two measured depths, their
+    /// interpolation; past the deepest, its base plus the slope of the two deepest, never
+    /// negative). `None` while fewer than two depths are measured, and for a depth below every
+    /// measured one. A round's cost is nearly linear in its depth (a draft step and a verify
+    /// row per draft), so an unplayed depth is judged by that line instead of being played
+    /// blind; it is measured when it is played.
+    pub fn estimates(&self, upto: usize) -> Vec<Option<f64>> {
         let measured: Vec<(usize, f64)> = (0..self.depths.len())
             .filter_map(|d| self.get(d).map(|c| (d, c)))
             .collect();
-        if measured.len() < 2 {
-            return None;
-        }
-        let below = measured.iter().rev().find(|(d, _)| *d < depth)?;
-        if let Some(above) = measured.iter().find(|(d, _)| *d > depth) {
-            let t = (depth - below.0) as f64 / (above.0 - below.0) as f64;
-            return Some(below.1 + t * (above.1 - below.1));
-        }
-        let [(d0, c0), (d1, c1)] = [measured[measured.len() - 2], measured[measured.len() - 1]];
-        let slope = ((c1 - c0) / (d1 - d0) as f64).max(0.0);
-        Some(c1 + slope * (depth - d1) as f64)
+        let line = |depth: usize| -> Option<f64> {
+            if measured.len() < 2 {
+                return None;
+            }
+            let below = measured.iter().rev().find(|(d, _)| *d < depth)?;
+            if let Some(above) = measured.iter().find(|(d, _)| *d > depth) {
+                let t = (depth - below.0) as f64 / (above.0 - below.0) as f64;
+                return Some(below.1 + t * (above.1 - below.1));
+            }
+            let [(d0, c0), (d1, c1)] = [measured[measured.len() - 2], measured[measured.len() - 1]];
+            let slope = ((c1 - c0) / (d1 - d0) as f64).max(0.0);
+            Some(c1 + slope * (depth - d1) as f64)
+        };
+        (0..=upto)
+            .map(|d| self.get(d).or_else(|| line(d)))
+            .collect()
     }
 
     /// Whether this is a model of depths `0..=depths` holding finite, non-negative costs and a

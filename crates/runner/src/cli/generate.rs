@@ -167,7 +167,7 @@ fn run_on<B: Backend>(
     };
     tracing::info!(backend = %backend_name, prompt_tokens = prompt_ids.len(), ?mode, "generating");
 
-    let store = keeps_schedule(&pipeline, &request)?.then(|| schedule_store(inputs, options));
+    let store = keeps_schedule(&pipeline, &request, mode)?.then(|| schedule_store(inputs, options));
     if let Some(store) = &store {
         if !args.forget_schedule {
             match store.load_into(pipeline.schedule_memory()) {
@@ -277,21 +277,18 @@ fn install_ctrl_c(cancel: &CancelToken) -> Arc<AtomicBool> {
     pressed
 }
 
-/// Whether `request` runs the adaptive schedule (speculation on), whose learned state is kept
-/// between runs.
+/// Whether `request`, decoded in `mode`, runs the adaptive schedule (speculation on), whose
+/// learned state is kept between runs.
 fn keeps_schedule<B: Backend>(
     pipeline: &runner::Pipeline<B>,
     request: &GenerateRequest,
+    mode: DecodeMode,
 ) -> anyhow::Result<bool> {
-    let engine = pipeline.engine();
-    let options = engine
+    let options = pipeline
+        .engine()
         .mtp_options(request)
         .context("invalid draft option")?;
-    let speculative = engine
-        .decode_mode(request)
-        .context("invalid draft option")?
-        != DecodeMode::Plain;
-    Ok(speculative && options.schedule == ScheduleKind::Adaptive)
+    Ok(mode != DecodeMode::Plain && options.schedule == ScheduleKind::Adaptive)
 }
 
 /// The store of this run's setup: the models, proposers, backend, load options, threads, CPU
