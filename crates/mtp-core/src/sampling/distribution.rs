@@ -1,4 +1,5 @@
-//! Probability distributions over the vocabulary, stored sparsely (the ids with positive mass).
+//! Probability distributions over the vocabulary, stored sparsely (the ids with positive mass)
+//! or, when every id has some, densely.
 
 use crate::CoreError;
 
@@ -8,14 +9,32 @@ use crate::CoreError;
 ///
 /// Every operation visits the support in ascending id order, which is the order a dense
 /// `Vec<f64>` over the vocabulary would be visited in with its zeros skipped, so sums, argmax
-/// and inverse-CDF sampling give bit-for-bit the values of a dense representation.
-#[derive(Clone, Debug, PartialEq)]
+/// and inverse-CDF sampling give bit-for-bit the values of a dense representation. A
+/// distribution whose support is the whole vocabulary (a softmax nothing truncated) keeps no id
+/// list: `probs` is then indexed by id.
+#[derive(Clone, Debug)]
 pub struct Distribution {
     vocab: usize,
-    /// Token ids with positive probability, ascending.
-    ids: Vec<u32>,
-    /// `probs[i]` is the probability of `ids[i]`.
+    /// The ids with positive probability.
+    ids: Support,
+    /// `probs[i]` is the probability of the `i`-th id of the support.
     probs: Vec<f64>,
+}
+
+/// Which ids a [`Distribution`] gives positive probability.
+#[derive(Clone, Debug)]
+enum Support {
+    /// Every id of the vocabulary (`probs` is indexed by id).
+    Every,
+    /// These ids, ascending.
+    Listed(Vec<u32>),
+}
+
+impl PartialEq for Distribution {
+    /// Equal vocabularies and supports with bit-for-bit equal probabilities, however stored.
+    fn eq(&self, other: &Self) -> bool {
+        self.vocab == other.vocab && self.support().eq(other.support())
+    }
 }
 
 impl Distribution {
@@ -29,7 +48,7 @@ impl Distribution {
         }
         Ok(Self {
             vocab,
-            ids: vec![id],
+            ids: Support::Listed(vec![id]),
             probs: vec![1.0],
         })
     }
@@ -54,6 +73,79 @@ impl Distribution {
             .map(|(i, w)| (i as u32, w))
             .unzip();
         Self::from_sparse(vocab, ids, probs)
+    }
+
+    /// Normalises non-negative dense weights (one per token id) into a distribution, as
+    /// [`from_probs`](Self::from_probs) does bit for bit (the total summed in ascending id
+    /// order, ids whose probability is 0 left out) in two passes over the vocabulary.
+    ///
+    /// Errors as [`from_probs`](Self::from_probs) does.
+    pub fn from_dense_weights(weights: Vec<f64>) -> Result<Self, CoreError> {
+        const OP: &str = "Distribution::from_dense_weights";
+        // Separate passes, each simple enough to vectorise (the sum stays sequential: it must
+        // round as `from_probs`'s does).
+        let valid = weights
+            .iter()
+            .fold(true, |ok, &w| ok & (w.is_finite() & (w >= 0.0)));
+        if !valid {
+            let (id, w) = weights
+                .iter()
+                .enumerate()
+                .find(|(_, w)| !w.is_finite() || **w < 0.0)
+                .map_or((0, 0.0), |(id, &w)| (id, w));
+            return Err(CoreError::InvalidArgument {
+                op: OP,
+                message: format!("weight {id} is {w}: weights must be finite and >= 0"),
+            });
+        }
+        let total: f64 = weights.iter().sum();
+        let support = weights.iter().filter(|&&w| w != 0.0).count();
+        if weights.is_empty() || total.is_nan() || total <= 0.0 || !total.is_finite() {
+            return Err(CoreError::InvalidArgument {
+                op: OP,
+                message: format!(
+                    "{} weights sum to {total}: need a finite positive sum",
+                    weights.len()
+                ),
+            });
+        }
+        let vocab = weights.len();
+        if support == vocab {
+            let mut probs = weights;
+            for p in &mut probs {
+                *p /= total;
+            }
+            if probs.iter().fold(true, |all, &p| all & (p > 0.0)) {
+                return Ok(Self {
+                    vocab,
+                    ids: Support::Every,
+                    probs,
+                });
+            }
+            let ids = (0..vocab as u32)
+                .filter(|&id| probs[id as usize] > 0.0)
+                .collect();
+            probs.retain(|&p| p > 0.0);
+            return Ok(Self {
+                vocab,
+                ids: Support::Listed(ids),
+                probs,
+            });
+        }
+        let mut ids = Vec::with_capacity(support);
+        let mut probs = Vec::with_capacity(support);
+        for (id, &w) in weights.iter().enumerate() {
+            let p = w / total;
+            if p > 0.0 {
+                ids.push(id as u32);
+                probs.push(p);
+            }
+        }
+        Ok(Self {
+            vocab,
+            ids: Support::Listed(ids),
+            probs,
+        })
     }
 
     /// Normalises non-negative weights of the ids `ids` (strictly ascending, each below `vocab`)
@@ -103,25 +195,47 @@ impl Distribution {
             .map(|(id, w)| (id, w / total))
             .filter(|&(_, p)| p > 0.0)
             .unzip();
-        Ok(Self { vocab, ids, probs })
+        Ok(Self {
+            vocab,
+            ids: Support::Listed(ids),
+            probs,
+        })
+    }
+
+    /// The id of the `i`-th entry of the support.
+    fn id_at(&self, i: usize) -> Option<u32> {
+        match &self.ids {
+            Support::Every => (i < self.probs.len()).then_some(i as u32),
+            Support::Listed(ids) => ids.get(i).copied(),
+        }
     }
 
     /// The probability of `id`; 0 when `id` is outside the support or the vocabulary.
     pub fn prob(&self, id: u32) -> f64 {
-        match self.ids.binary_search(&id) {
-            Ok(i) => self.probs[i],
-            Err(_) => 0.0,
+        match &self.ids {
+            Support::Every => self.probs.get(id as usize).copied().unwrap_or(0.0),
+            Support::Listed(ids) => match ids.binary_search(&id) {
+                Ok(i) => self.probs[i],
+                Err(_) => 0.0,
+            },
         }
     }
 
     /// The support: `(id, probability)` for every id with positive probability, ascending.
     pub fn support(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
-        self.ids.iter().copied().zip(self.probs.iter().copied())
+        let listed = match &self.ids {
+            Support::Every => None,
+            Support::Listed(ids) => Some(ids.as_slice()),
+        };
+        self.probs
+            .iter()
+            .enumerate()
+            .map(move |(i, &p)| (listed.map_or(i as u32, |ids| ids[i]), p))
     }
 
     /// Number of ids with positive probability.
     pub fn support_len(&self) -> usize {
-        self.ids.len()
+        self.probs.len()
     }
 
     /// All probabilities as a dense vector indexed by token id (allocates the vocabulary).
@@ -146,7 +260,7 @@ impl Distribution {
                 best = i;
             }
         }
-        self.ids.get(best).copied().unwrap_or(0)
+        self.id_at(best).unwrap_or(0)
     }
 
     /// Inverse-CDF sampling: the token whose cumulative-probability interval contains `u`, a
@@ -157,13 +271,17 @@ impl Distribution {
         let total: f64 = self.probs.iter().sum();
         let target = u * total;
         let mut cumulative = 0.0;
-        for (&id, &p) in self.ids.iter().zip(&self.probs) {
+        for (i, &p) in self.probs.iter().enumerate() {
             cumulative += p;
             if target < cumulative {
-                return id;
+                return self.id_at(i).unwrap_or(0);
             }
         }
-        self.ids.last().copied().unwrap_or(0)
+        self.probs
+            .len()
+            .checked_sub(1)
+            .and_then(|last| self.id_at(last))
+            .unwrap_or(0)
     }
 }
 
@@ -202,6 +320,36 @@ mod tests {
             vec![f64::INFINITY],
         ] {
             assert!(Distribution::from_probs(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn dense_weights_match_from_probs() {
+        for weights in [
+            vec![1.0, 3.0, 0.5, 2.0],
+            vec![0.0, 3.0, 0.5, 0.0, 1e-300],
+            vec![1e-320, 1.0],
+        ] {
+            let dense = Distribution::from_dense_weights(weights.clone()).unwrap();
+            let sparse = Distribution::from_probs(weights.clone()).unwrap();
+            assert_eq!(dense, sparse, "{weights:?}");
+            assert_eq!(dense.support_len(), sparse.support_len());
+            assert_eq!(dense.argmax(), sparse.argmax());
+            for id in 0..weights.len() as u32 + 1 {
+                assert_eq!(dense.prob(id), sparse.prob(id));
+            }
+            for u in [0.0, 0.2, 0.5, 0.9, 0.999_999, 1.0] {
+                assert_eq!(dense.sample_with(u), sparse.sample_with(u));
+            }
+        }
+        for bad in [
+            vec![],
+            vec![0.0],
+            vec![1.0, -1.0],
+            vec![f64::NAN],
+            vec![f64::INFINITY],
+        ] {
+            assert!(Distribution::from_dense_weights(bad).is_err());
         }
     }
 

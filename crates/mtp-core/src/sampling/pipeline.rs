@@ -178,6 +178,11 @@ pub(crate) fn distribution(
             .map_or(0, |&(id, _)| id);
         return Distribution::point(vocab, best);
     }
+    if let LogitRow::Dense(logits) = row {
+        if keeps_every_token(options, vocab) {
+            return full_softmax(logits, &penalised, f64::from(options.temperature));
+        }
+    }
     let kept = top_k(penalised.candidates(), options.top_k, vocab);
     let values: Vec<f64> = kept.iter().map(|c| c.value).collect();
     let weights = nucleus::weights(&values, f64::from(options.temperature));
@@ -214,6 +219,36 @@ pub(crate) fn distribution(
     survivors.sort_unstable_by_key(|&(id, _)| id);
     let (ids, weights) = survivors.into_iter().unzip();
     Distribution::from_sparse(vocab, ids, weights)
+}
+
+/// Whether sampling at a temperature above 0 keeps every token of a row: top-k, top-p and
+/// min-p all off.
+fn keeps_every_token(options: &SamplerOptions, vocab: usize) -> bool {
+    let top_k_off = options.top_k == 0 || options.top_k >= vocab;
+    let top_p_off = options.top_p <= 0.0 || options.top_p >= 1.0;
+    top_k_off && top_p_off && options.min_p <= 0.0
+}
+
+/// The softmax of a whole dense row at `temperature` (penalties applied), when nothing
+/// truncates it: the general path's values bit for bit (the same weights
+/// `exp((v − max) / T)`, summed in ascending id order), without building a candidate list,
+/// a survivor order and a sparse copy of the vocabulary on the way.
+fn full_softmax(
+    logits: &[f32],
+    penalised: &Penalised<'_>,
+    temperature: f64,
+) -> Result<Distribution, CoreError> {
+    let mut weights: Vec<f64> = logits.iter().map(|&l| f64::from(l)).collect();
+    for &(id, value) in &penalised.context {
+        if let Some(slot) = weights.get_mut(id as usize) {
+            *slot = value;
+        }
+    }
+    let max = weights.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    for w in &mut weights {
+        *w = ((*w - max) / temperature).exp();
+    }
+    Distribution::from_dense_weights(weights)
 }
 
 /// Whether `row` (a [`LogitRow::Head`] with top-k off and no penalties) settles its survivors:
@@ -419,6 +454,50 @@ mod tests {
             ids(&top_k(cands(&w).into_iter(), 9, w.len())),
             vec![0, 1, 2, 3, 4]
         );
+    }
+
+    #[test]
+    fn whole_row_softmax_is_the_general_path_bit_for_bit() {
+        let row: Vec<f32> = (0..997)
+            .map(|i| match i % 13 {
+                0 => f32::NEG_INFINITY,
+                r => ((i * 7919) % 101) as f32 * 0.173 - 9.0 + r as f32 * 1e-3,
+            })
+            .collect();
+        let ids: Vec<u32> = (0..row.len() as u32).rev().collect();
+        let reversed: Vec<f32> = ids.iter().map(|&i| row[i as usize]).collect();
+        let context = [5, 5, 17, 640, 996];
+        for options in [
+            SamplerOptions {
+                temperature: 0.8,
+                top_k: 0,
+                top_p: 1.0,
+                ..Default::default()
+            },
+            SamplerOptions {
+                temperature: 1.7,
+                top_k: 5000,
+                top_p: 0.0,
+                repeat_penalty: 1.3,
+                presence_penalty: 0.2,
+                frequency_penalty: 0.1,
+                repeat_last_n: 64,
+                ..Default::default()
+            },
+        ] {
+            let dense = distribution(LogitRow::Dense(&row), &context, &options).unwrap();
+            let general = distribution(
+                LogitRow::Top {
+                    vocab: row.len(),
+                    ids: &ids,
+                    values: &reversed,
+                },
+                &context,
+                &options,
+            )
+            .unwrap();
+            assert_eq!(dense, general, "{options:?}");
+        }
     }
 
     #[test]
