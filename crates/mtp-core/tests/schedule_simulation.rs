@@ -241,8 +241,11 @@ fn host_stalls_do_not_make_it_thrash() {
         let mut s = AdaptiveSchedule::new(16);
         // Long enough that the stalls' own randomness averages out (about ±1 %).
         let run = simulate(&mut s, &world, 10_000, seed);
+        // Plain rounds here are probes (a plain round loses only ~6 % against the best
+        // depth, so the probe budget lets them come often); a stall-driven fall-back would
+        // be most of the rounds.
         assert!(
-            run.share(500..10_000, 0) <= 0.04,
+            run.share(500..10_000, 0) <= 0.08,
             "seed {seed}: {} of the rounds fell back to depth 0",
             run.share(500..10_000, 0)
         );
@@ -454,4 +457,64 @@ fn a_proposer_that_drafts_what_it_has_is_followed() {
         "adaptive {adaptive:.1} tok/s is {:.3} of the best fixed depth ({best:.1})",
         adaptive / best
     );
+}
+
+/// The default pair on candle-cpu as measured on a shared 2-core machine (BENCHMARKS.md's race,
+/// 2026-12-04): a round of one draft costs about 2× a plain step (the drafter step is about a
+/// target step), 75 % acceptance, and ±20 % noise from round to round. Drafting cannot pay; a
+/// new controller must stay within 3 % of plain decoding over one 128-token generation, noise
+/// and lucky first acceptances notwithstanding.
+#[test]
+fn a_new_controller_on_noisy_timings_where_drafting_cannot_pay_stays_near_plain() {
+    let mut world = World::new(|n| 1e-3 * (0.7 + 0.75 * n as f64), |_, _| 0.75);
+    world.noise = 0.4;
+    assert_eq!(world.best_fixed(8, 0).0, 0);
+    for tokens in [64, 128, 512] {
+        let (vs_plain, _) = fresh_ratios(&world, 16, tokens);
+
+        assert!(
+            vs_plain >= 0.97,
+            "{tokens} tokens: a new controller ran at {vs_plain:.3} of plain decoding"
+        );
+    }
+}
+
+/// Plain decoding measured slow in a controller's first rounds (a cold cache, another process
+/// starting): 1.6× its real cost in the first eight rounds, while a round of one draft costs
+/// 2.2× a plain step at 75 % acceptance (never paying; the cold estimate says it does). The controller must find plain decoding
+/// again: drafting while the old estimate says plain is dear would lose a fifth of the rate.
+#[test]
+fn plain_decoding_measured_in_cold_rounds_is_measured_again() {
+    let world = World::new(|n| 1e-3 * (1.0 + 1.2 * n as f64), |_, _| 0.75);
+    assert_eq!(world.best_fixed(8, 0).0, 0);
+    for seed in SEEDS {
+        let mut s = AdaptiveSchedule::new(8);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let (mut tokens, mut secs) = (0usize, 0.0);
+        for r in 0..3000 {
+            let d = s.depth();
+            let accepted = (1..=d)
+                .take_while(|&j| rng.random::<f64>() < (world.accept)(j, r))
+                .count();
+            let cold = if d == 0 && r < 8 { 1.6 } else { 1.0 };
+            let t = cold * (world.cost)(d) * (1.0 + world.noise * (rng.random::<f64>() - 0.5));
+            s.observe(&RoundReport {
+                planned: d,
+                asked: d,
+                drafted: d,
+                judged: d,
+                accepted,
+                elapsed: Duration::from_secs_f64(t),
+            });
+            if r >= 1000 {
+                tokens += accepted + 1;
+                secs += t;
+            }
+        }
+        let vs_plain = tokens as f64 / secs / world.fixed_rate(0, 0);
+        assert!(
+            vs_plain >= 0.97,
+            "seed {seed}: {vs_plain:.3} of plain decoding after 1000 rounds"
+        );
+    }
 }

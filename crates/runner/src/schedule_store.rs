@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use mtp_core::schedule::{DepthController, ScheduleKey, ScheduleMemory};
 
 /// Format version of a store file (a file of another version is ignored).
-const STORE_VERSION: u32 = 1;
+const STORE_VERSION: u32 = 2;
 
 /// Why the store could not be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -23,6 +23,9 @@ const REACH_PAST_FRONTIER: usize = 4;
 /// `L / (PROBE_BUDGET × cost(best))` rounds after the last one, so a controller that keeps
 /// checking a losing depth (drafting that cannot pay, say) stays within about 1 % of the best.
 const PROBE_BUDGET: f64 = 0.01;
+/// A probe whose round came in cheaper than its depth's estimate by more than this share
+/// (after the update) is probed again at the same interval: its cost is still being found.
+const PROBE_COST_FALL: f64 = 0.03;
 /// Standard errors added to each acceptance rate for the optimistic score that decides the
 /// probe backoff: a probed depth that would beat the best at these rates is probed again at the
 /// same interval (a choice that early noise tipped the wrong way is re-examined until the
@@ -49,7 +52,9 @@ const CONFIDENCE_Z: f64 = 2.0;
 /// **Exploration.** Depths 0 and 1 are played first, two rounds each, to measure their cost;
 /// every other depth is judged by the straight cost line through the measured depths
 /// (`CostModel::estimates`) until it is played, and played when that line makes it the best
-/// (which measures it). Afterwards the controller plays the best depth and probes one round
+/// (which measures it), one depth past the deepest measured at a time, so a guess never leaps
+/// far. Until position 1's acceptance is trusted its few samples lean towards ½ (see
+/// `AcceptanceModel`): two lucky first rounds do not read as certain acceptance. Afterwards the controller plays the best depth and probes one round
 /// now and then, alternately above it (`best + 1`, within `R`; 2 from depth 0: the first draft
 /// carries the fixed cost of drafting, so a pair where only two drafts pay is still found) and
 /// below it (`best − 1`, which keeps the neighbour's cost fresh and plain decode's when the
@@ -61,8 +66,10 @@ const CONFIDENCE_Z: f64 = 2.0;
 /// (by the current estimates) fits in 1 % of the time since the last one (`PROBE_BUDGET`): on
 /// simulated costs where drafting does not pay, a new controller stays within 3 % of plain
 /// decoding over a single 64–512-token generation (`tests/schedule_simulation.rs`; measured
-/// runs in BENCHMARKS.md). Probes go one depth above or below the best, so from a best of 2 or
-/// more plain decoding's cost is not measured again. When drafting does not pay the controller settles
+/// runs in BENCHMARKS.md). Probes go one depth above the best, or below it: to `best − 1` and,
+/// from a best of 2 or more, every other time to plain decoding, whose cost is what drafting
+/// must beat (a first estimate taken in cold rounds is corrected: a probe that comes in more
+/// than 3 % cheaper than its estimate keeps the interval). When drafting does not pay the controller settles
 /// on 0 and spends at most one round in 256 re-checking depth 2.
 ///
 /// **Proposers that draft what they have.** Prompt lookup offers only the copies it finds:
@@ -89,6 +96,9 @@ pub struct DepthController {
     probed: Option<usize>,
     /// Whether the next probe goes below the best depth (probes alternate up and down).
     probe_down: bool,
+    /// Whether the next down-probe from a best of 2 or more goes to plain decoding (they
+    /// alternate between it and the neighbour below).
+    plain_next: bool,
 }
 
 impl Default for DepthController {
@@ -130,6 +140,7 @@ impl DepthController {
             best: 0,
             probed: None,
             probe_down: false,
+            plain_next: false,
         }
     }
 
@@ -254,8 +265,13 @@ impl DepthController {
         }
         let best = self.best_depth(limit);
         if self.cost.get(best).is_none() {
-            // The line says an unplayed depth is best: play it, which measures it.
-            return best;
+            // The line says an unplayed depth is best: play it, which measures it — but climb
+            // one past the deepest measured depth at a time, so a guess never leaps far.
+            let deepest = (0..=reach)
+                .rev()
+                .find(|&d| self.cost.get(d).is_some())
+                .unwrap_or(0);
+            return best.min(deepest + 1);
         }
         if best != self.best {
             self.best = best;
@@ -269,7 +285,7 @@ impl DepthController {
             let might_win = match (optimistic.get(probe).copied().flatten(), best_score) {
                 (Some(p), Some(b)) => p >= b,
                 _ => false,
-            };
+            } || self.cost.just_fell(probe, PROBE_COST_FALL);
             self.interval = if might_win {
                 self.interval
             } else {
@@ -283,7 +299,13 @@ impl DepthController {
             d => d + 1,
         }
         .min(reach);
-        let probe = match best.checked_sub(1) {
+        // Down-probes from a best of 2 or more alternate between the neighbour below and
+        // plain decoding, so plain decoding's cost (what drafting must beat) stays measured.
+        let below = match best.checked_sub(1) {
+            Some(b) if b > 0 && self.plain_next => Some(0),
+            other => other,
+        };
+        let probe = match below {
             Some(below) if down || up == best => below,
             _ => up,
         };
@@ -291,6 +313,9 @@ impl DepthController {
         if self.since_probe >= due {
             self.since_probe = 0;
             self.probe_down = down;
+            if probe < best && best >= 2 {
+                self.plain_next = probe != 0;
+            }
             if probe != best {
                 self.probed = Some(probe);
                 return probe;

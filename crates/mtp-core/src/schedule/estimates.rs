@@ -65,8 +65,9 @@ impl Rate {
 /// **Trust and priors.** A position is trusted once it has [`TRUST_SAMPLES`] samples. An
 /// untrusted position with `n` samples and mean `â` uses `(n·â + (T − n)·b) / T`, where the
 /// prior `b` is a measurement: the rate of the deepest trusted shallower position, else the
-/// rate just computed for the position before (itself leaning on its few samples), or `â`
-/// itself for position 1 (0 with no sample at all). The
+/// rate just computed for the position before (itself leaning on its few samples), or for
+/// position 1 `min(â, ½)` (0 with no sample at all): a new controller's first lucky rounds do
+/// not read as certain acceptance. The
 /// [`frontier`](Self::frontier) — the deepest position with every position up to it
 /// trusted — bounds how deep the controller looks, so the prior of an untrusted position
 /// matters for one position past it only.
@@ -80,7 +81,15 @@ pub(super) struct AcceptanceModel {
     positions: Vec<Rate>,
     /// The rate of a position with no sample and nothing before it to lean on.
     empty: f64,
+    /// The most the first position's prior may be: its own few samples are shrunk towards
+    /// this (or their mean, when lower) until trusted.
+    ceiling: f64,
 }
+
+/// The acceptance model's prior ceiling for the first position: a coin's. Two lucky rounds
+/// of a new controller (2 of 2 accepted) then read as 0.6, not 1.0, and do not send it deep
+/// on a guess; a proposer that really is accepted more climbs as its samples become trusted.
+const ACCEPTANCE_PRIOR_CEILING: f64 = 0.5;
 
 impl AcceptanceModel {
     /// No samples for positions `1..=depths` (acceptance: nothing assumed, 0).
@@ -88,6 +97,7 @@ impl AcceptanceModel {
         Self {
             positions: vec![Rate::default(); depths],
             empty: 0.0,
+            ceiling: ACCEPTANCE_PRIOR_CEILING,
         }
     }
 
@@ -97,6 +107,7 @@ impl AcceptanceModel {
         Self {
             positions: vec![Rate::default(); depths],
             empty: 1.0,
+            ceiling: 1.0,
         }
     }
 
@@ -134,7 +145,11 @@ impl AcceptanceModel {
                     previous = Some(r.value);
                     return r.value;
                 }
-                let own = if r.samples == 0 { self.empty } else { r.value };
+                let own = if r.samples == 0 {
+                    self.empty
+                } else {
+                    r.value.min(self.ceiling)
+                };
                 let prior = trusted.or(previous).unwrap_or(own);
                 let n = r.samples as f64;
                 let rate = (n * r.value + (trust - n) * prior) / trust;
@@ -165,6 +180,7 @@ impl AcceptanceModel {
     pub fn is_valid(&self, depths: usize) -> bool {
         self.positions.len() == depths
             && (0.0..=1.0).contains(&self.empty)
+            && (0.0..=1.0).contains(&self.ceiling)
             && self
                 .positions
                 .iter()
@@ -199,15 +215,19 @@ struct Cost {
 /// `base` values.
 ///
 /// **Per depth.** A depth's first base is the minimum of its first [`COST_MIN_SAMPLES`]
-/// samples. After that each sample `x` (as `time ÷ load`) moves it by
-/// `0.2·clamp(x − c, ±25 % of c)` (at most 5 %; symmetric, so that the depth played most is not
-/// the one that looks cheapest). A round slower than 1.5 × `load × base` is taken for a host stall and
+/// samples. Up to its fifth sample a base is the running mean from there; after that each
+/// sample `x` (as `time ÷ load`) moves it by `0.2·clamp(x − c, ±25 % of c)` (at most 5 %;
+/// symmetric, so that the depth played most is not the one that looks cheapest). A round slower than 1.5 × `load × base` is taken for a host stall and
 /// ignored, unless three come in a row (then the cost really changed). An unmeasured depth is
 /// judged by [`estimates`](Self::estimates)' straight line through the measured ones.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) struct CostModel {
     depths: Vec<Cost>,
     load: f64,
+    /// The depth of the last sample.
+    last: Option<usize>,
+    /// The relative change of the last sample's base (negative: it got cheaper).
+    last_move: f64,
 }
 
 impl CostModel {
@@ -216,6 +236,8 @@ impl CostModel {
         Self {
             depths: vec![Cost::default(); depths + 1],
             load: 1.0,
+            last: None,
+            last_move: 0.0,
         }
     }
 
@@ -228,6 +250,8 @@ impl CostModel {
         let Some(cost) = self.depths.get_mut(depth) else {
             return;
         };
+        self.last = Some(depth);
+        self.last_move = 0.0;
         if cost.samples < COST_MIN_SAMPLES {
             let base = seconds / load;
             cost.seconds = if cost.samples == 0 {
@@ -250,8 +274,24 @@ impl CostModel {
         let ratio = seconds / cost.seconds;
         self.load += LOAD_ALPHA * (ratio - self.load);
         let base = seconds / self.load;
-        let limit = COST_CLAMP * cost.seconds;
-        cost.seconds += COST_ALPHA * (base - cost.seconds).clamp(-limit, limit);
+        let n = f64::from(cost.samples);
+        let before = cost.seconds;
+        if n * COST_ALPHA < 1.0 {
+            // Still a running mean (from the first estimate): a depth played rarely (plain
+            // decoding probed from a drafting best) corrects a first estimate taken in cold
+            // rounds within a few samples instead of 5 % at a time.
+            cost.seconds += (base - cost.seconds) / n;
+        } else {
+            let limit = COST_CLAMP * cost.seconds;
+            cost.seconds += COST_ALPHA * (base - cost.seconds).clamp(-limit, limit);
+        }
+        self.last_move = cost.seconds / before - 1.0;
+    }
+
+    /// Whether the last sample was at `depth` and made its base cheaper by more than
+    /// `share` (its estimate is still moving down: probing it again soon is worth it).
+    pub fn just_fell(&self, depth: usize, share: f64) -> bool {
+        self.last == Some(depth) && self.last_move < -share
     }
 
     /// The base estimate at `depth` (seconds at the reference load), once it has

@@ -197,16 +197,19 @@ pub fn run_passes<B: Backend>(
     let total = plan.warmup + plan.reps;
     for (index, pass) in plan.passes().enumerate() {
         crate::cli::console::err(&format!("bench: pass {}/{total} ({pass})\n", index + 1))?;
-        for v in plan.order(index) {
-            let record = &mut records[v];
-            let engine = engine.clone().with_overlap(record.variant.overlap);
-            let mut totals = PassTotals::default();
-            for p in plan.prompts_of(pass) {
+        let mut totals = vec![PassTotals::default(); records.len()];
+        // Prompt by prompt, every variant in turn (in an order rotated per prompt and pass):
+        // a slow spell of the machine falls on neighbouring runs of every variant alike, so
+        // per-prompt ratios compare runs seconds apart.
+        for p in plan.prompts_of(pass) {
+            for v in plan.order(index + p) {
+                let record = &mut records[v];
+                let engine = engine.clone().with_overlap(record.variant.overlap);
                 let request = work.request(record.variant, p);
                 // A new controller per request, as each `mtp generate` process has.
                 let engine = match plan.fresh_schedules {
-                    true => engine.clone().with_schedule_memory(ScheduleMemory::new()),
-                    false => engine.clone(),
+                    true => engine.with_schedule_memory(ScheduleMemory::new()),
+                    false => engine,
                 };
                 clock.reset();
                 let response = engine
@@ -215,7 +218,7 @@ pub fn run_passes<B: Backend>(
                 let Pass::Measured(rep) = pass else {
                     continue;
                 };
-                totals.add(&response, &clock.read());
+                totals[v].add(&response, &clock.read());
                 record.per_prompt.add(p, &response);
                 record.acceptance.add(&response);
                 record.rounds.add(&response, rep, p);
@@ -225,7 +228,9 @@ pub fn run_passes<B: Backend>(
                     record.repeatable = false;
                 }
             }
-            if let Pass::Measured(_) = pass {
+        }
+        if let Pass::Measured(_) = pass {
+            for (record, totals) in records.iter_mut().zip(totals) {
                 record.passes.push(totals);
             }
         }

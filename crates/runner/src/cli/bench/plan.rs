@@ -146,8 +146,8 @@ impl Plan {
         warmups.chain((0..self.reps).map(Pass::Measured))
     }
 
-    /// The variants in the order pass number `index` runs them: rotated by one each pass, so
-    /// that drift (thermal, background load) falls on every variant alike.
+    /// The variants in the order turn `index` runs them (a prompt of a pass): rotated by one
+    /// each turn, so that drift (thermal, background load) falls on every variant alike.
     pub fn order(&self, index: usize) -> Vec<usize> {
         let n = self.variants.len();
         (0..n).map(|i| (i + index) % n).collect()
