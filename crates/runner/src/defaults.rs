@@ -22,6 +22,8 @@ pub struct ModelPaths {
     pub drafter: Option<PathBuf>,
     /// A `tokenizer.json` to use instead of the target's own tokenizer (`--tokenizer`).
     pub tokenizer: Option<PathBuf>,
+    /// A Jinja chat template file to use instead of the model's own (`--chat-template`).
+    pub chat_template: Option<PathBuf>,
 }
 
 /// The default pair could not be found.
@@ -126,6 +128,7 @@ pub fn pair_in(dir: &Path, source: PairSource) -> Result<ModelPaths, DefaultMode
         target,
         drafter: Some(drafter),
         tokenizer: None,
+        chat_template: None,
     })
 }
 

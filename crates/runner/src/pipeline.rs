@@ -155,6 +155,7 @@ pub struct Generation {
 ///     target: case.join("target"),
 ///     drafter: Some(case.join("assistant")),
 ///     tokenizer: None,
+///     chat_template: None,
 /// };
 /// let pipeline = Pipeline::load(ReferenceBackend::default(), &paths, &Default::default())?;
 ///
@@ -268,6 +269,10 @@ impl<B: Backend> Pipeline<B> {
             (Some(file), None) => Tokenizer::from_gguf(file)?,
             (None, Some(json)) => Tokenizer::from_file_with_dir(json, &paths.target)?,
             (None, None) => Tokenizer::from_dir(&paths.target)?,
+        };
+        let tokenizer = match &paths.chat_template {
+            Some(file) => tokenizer.with_chat_template_file(file)?,
+            None => tokenizer,
         };
         progress(LoadStage::Target);
         let mut on_tensor =

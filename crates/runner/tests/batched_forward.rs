@@ -202,6 +202,7 @@ fn batch_serve_equals_alone<B: Backend>(b: &B) {
         target: dir.join("target"),
         drafter: Some(dir.join("assistant")),
         tokenizer: None,
+        chat_template: None,
     };
     let pipeline = runner::Pipeline::load(b.clone(), &paths, &LoadOptions::default())
         .expect("the default pair loads");

@@ -84,3 +84,63 @@ fn tokenizer_flag_replaces_the_embedded_vocabulary() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("/nonexistent/tokenizer.json"), "{stderr}");
 }
+
+#[test]
+fn chat_template_flag_gives_a_base_gguf_a_template() {
+    let (prompt, greedy) = reference();
+    let gguf = fixture("gemma3/tiny/model-f32.gguf");
+    // The converter-made file has no template: --chat is refused, pointing at the flag.
+    let out = mtp()
+        .arg("generate")
+        .arg("--model")
+        .arg(&gguf)
+        .args(["--chat", "hello"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--chat-template"), "{stderr}");
+    // A template that renders the prompt as the raw encoding does (BOS, then the text) gives
+    // the raw prompt's greedy tokens; one that adds text gives a longer prompt.
+    let dir = tempfile::tempdir().unwrap();
+    let same = dir.path().join("same.jinja");
+    std::fs::write(&same, "{{ bos_token }}{{ messages[0]['content'] }}").unwrap();
+    let json = generate(
+        &["--chat", "--chat-template", same.to_str().unwrap()],
+        &prompt,
+        greedy.len(),
+    );
+    assert_eq!(ids(&json["tokens"]), greedy, "{json}");
+    let raw = generate(&[], &prompt, 1);
+    assert_eq!(
+        json["prompt_eval_count"], raw["prompt_eval_count"],
+        "{json}"
+    );
+    let longer = dir.path().join("longer.jinja");
+    std::fs::write(
+        &longer,
+        "{{ bos_token }}Question: {{ messages[0]['content'] }} Answer:",
+    )
+    .unwrap();
+    let json = generate(
+        &["--chat", "--chat-template", longer.to_str().unwrap()],
+        &prompt,
+        1,
+    );
+    let (with, without) = (
+        json["prompt_eval_count"].as_u64().unwrap(),
+        raw["prompt_eval_count"].as_u64().unwrap(),
+    );
+    assert!(with > without, "{with} vs {without}");
+    // A missing file is an error naming it.
+    let out = mtp()
+        .arg("generate")
+        .arg("--model")
+        .arg(&gguf)
+        .args(["--chat", "--chat-template", "/nonexistent/t.jinja", "hello"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/t.jinja"), "{stderr}");
+}

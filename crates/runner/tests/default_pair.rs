@@ -55,6 +55,7 @@ fn load_in<B: Backend>(backend: B, dtype: DType) -> Pipeline<B> {
         target: dir.join("target"),
         drafter: Some(dir.join("assistant")),
         tokenizer: None,
+        chat_template: None,
     };
     Pipeline::load(backend, &paths, &LoadOptions::with_dtype(dtype))
         .expect("the default pair loads")

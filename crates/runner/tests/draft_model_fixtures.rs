@@ -46,6 +46,7 @@ fn pipeline<B: Backend>(backend: B, case: &Case, ngram: Option<NgramOptions>) ->
         target: fixtures().join(&case.target),
         drafter: None,
         tokenizer: None,
+        chat_template: None,
     };
     let options = Default::default();
     Pipeline::load(backend, &paths, &options)
@@ -125,6 +126,7 @@ fn a_draft_model_with_another_vocabulary_is_refused() {
         target: fixtures().join("e2b_like/target"),
         drafter: None,
         tokenizer: None,
+        chat_template: None,
     };
     let options = Default::default();
     let loaded = Pipeline::load(

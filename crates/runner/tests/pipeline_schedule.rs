@@ -15,6 +15,7 @@ fn a_later_request_starts_where_the_earlier_one_left_off() {
         target: case.join("target"),
         drafter: Some(case.join("assistant")),
         tokenizer: None,
+        chat_template: None,
     };
     let pipeline = Pipeline::load(ReferenceBackend::default(), &paths, &Default::default())
         .expect("the fixture pair loads");

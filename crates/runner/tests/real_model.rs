@@ -114,6 +114,7 @@ fn load_with<B: Backend>(backend: B, test: &str, stored: StoredQuant) -> Option<
         target: path,
         drafter: None,
         tokenizer: None,
+        chat_template: None,
     };
     let options = LoadOptions {
         stored_quant: stored,

@@ -104,6 +104,7 @@ impl ModelArgs {
                 target: target.clone(),
                 drafter: self.draft.clone(),
                 tokenizer: self.tokenizer.clone(),
+                chat_template: self.chat_template.clone(),
             }),
             None => {
                 let mut pair = default_pair()?;
@@ -111,6 +112,7 @@ impl ModelArgs {
                     pair.drafter = Some(draft.clone());
                 }
                 pair.tokenizer = self.tokenizer.clone();
+                pair.chat_template = self.chat_template.clone();
                 Ok(pair)
             }
         }
@@ -192,6 +194,11 @@ pub struct ModelArgs {
     /// file embeds].
     #[arg(long, value_name = "FILE")]
     pub tokenizer: Option<PathBuf>,
+    /// A Jinja chat template file to use instead of the model's own (for --chat and the
+    /// server's chat endpoints; a base model's GGUF has none), e.g. the chat_template.jinja of
+    /// the instruction-tuned model of the same family [default: the model's own].
+    #[arg(long, value_name = "FILE")]
+    pub chat_template: Option<PathBuf>,
     /// Drafter directory or HF repo id; its config.json model_type says what it is (a Gemma 4
     /// assistant drafts as an MTP head; see --draft-kind) [default: none with --model, so plain
     /// decoding; the default pair's assistant without --model].

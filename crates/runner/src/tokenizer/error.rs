@@ -46,7 +46,8 @@ pub enum TokenizerError {
     /// A chat prompt was asked for, but the model has no chat template.
     #[error(
         "the model has no chat template (no chat_template.jinja beside {path}, and no \
-         `chat_template` in it); drop --chat and pass the prompt as raw text"
+         `chat_template` in it); drop --chat and pass the prompt as raw text, or give a \
+         template file with --chat-template"
     )]
     NoChatTemplate {
         /// The tokenizer configuration looked at.

@@ -41,6 +41,9 @@ pub struct Tokenizer {
     settings: TokenizerSettings,
 }
 
+/// The largest chat template file read (`--chat-template`): real ones are a few KB.
+pub const MAX_CHAT_TEMPLATE_BYTES: u64 = 1 << 20;
+
 impl Tokenizer {
     /// Load the tokenizer of the model directory `dir`: `tokenizer.json` (required) and the
     /// optional side files (see [`TokenizerSettings`]). Special tokens named only by string in
@@ -106,6 +109,31 @@ impl Tokenizer {
     pub fn from_json(json: &str, settings: TokenizerSettings) -> TokenizerResult<Self> {
         let inner = parse_tokenizer_json(json.as_bytes(), Path::new("<tokenizer.json text>"))?;
         Ok(Self { inner, settings })
+    }
+
+    /// Use the Jinja chat template in the file `path` instead of the model's own (for a model
+    /// that has none, such as a base model's GGUF, or to try another one). Special tokens still
+    /// come from the model.
+    ///
+    /// Errors when the file cannot be read, is larger than [`MAX_CHAT_TEMPLATE_BYTES`] or is
+    /// not UTF-8; a template that does not compile fails when it is first used.
+    pub fn with_chat_template_file(mut self, path: &Path) -> TokenizerResult<Self> {
+        let missing = |reason: String| TokenizerError::MissingFile {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let size = std::fs::metadata(path)
+            .map_err(|e| missing(e.to_string()))?
+            .len();
+        if size > MAX_CHAT_TEMPLATE_BYTES {
+            return Err(missing(format!(
+                "{size} bytes; a chat template may have at most {MAX_CHAT_TEMPLATE_BYTES}"
+            )));
+        }
+        let source = std::fs::read_to_string(path).map_err(|e| missing(e.to_string()))?;
+        self.settings.chat_template = Some(source);
+        self.settings.chat_template_path = path.to_path_buf();
+        Ok(self)
     }
 
     /// The special-token settings in use.

@@ -24,6 +24,7 @@ pub fn pair() -> ModelPaths {
         target: dir.join("target"),
         drafter: Some(dir.join("assistant")),
         tokenizer: None,
+        chat_template: None,
     }
 }
 
