@@ -3,8 +3,11 @@
 token counts and threads, with every ratio taken within one run; writes one JSON file that
 `race_table.py` turns into BENCHMARKS.md's headline table.
 
-Per prompt set (open, grounded; chat with `--sets` for a model with a chat template) and sampling (greedy; sampled at temperature 0.8 with
-fixed seeds):
+Per prompt set (open, grounded, chat) and sampling (greedy; sampled at temperature 0.8 with
+fixed seeds). The chat set renders each prompt as one user turn with `--chat-template` (default:
+the Gemma turn format as llama.cpp's vendored tree ships it, `models/templates/
+google-gemma-2-2b-it.jinja` of the sdist — for one user turn it renders exactly as Gemma 3's own
+template; the real GGUF is Gemma 3 270M's base model, which has no template of its own):
 
 * ours: `mtp bench --draft-kind ngram` on the real GGUF — plain decoding, prompt lookup under
   the default (adaptive) schedule with a new controller per request (as each `mtp generate`
@@ -21,7 +24,7 @@ fixed seeds):
 And the default pair (`models/default/`, ours only: no peer runs it): plain, the default
 schedule (adaptive, new controller per request), the seed's constant depth 4, and fixed depths.
 
-Usage (about 40 minutes on 2 cores):
+Usage (about 80 minutes on 2 cores):
   cargo build --release -p runner
   bash tools/bench_peers/build_llama_cpp.sh
   python3 tools/real_models/fetch.py
@@ -48,6 +51,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ROOT / "tools" / "bench_peers" / "prompts"
 DEFAULT_GGUF = Path.home() / ".cache" / "mtp-rs" / "models" / "gemma-3-270m-q4_k_m.gguf"
 DEFAULT_PEERS = Path(os.environ.get("MTP_PEERS_DIR", Path.home() / ".cache" / "mtp-rs" / "peers"))
+DEFAULT_CHAT_TEMPLATE = (DEFAULT_PEERS / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp" / "models"
+                         / "templates" / "google-gemma-2-2b-it.jinja")
 LLAMA_SPEC_KINDS = ["none", "ngram-simple", "ngram-map-k", "ngram-mod"]
 SAMPLED = {"temperature": 0.8, "seed": 0}
 
@@ -77,7 +82,7 @@ def ours(args, prompts: Path, sampling: str, chat: bool, out: Path, *, model: li
     if fresh:
         cmd.append("--fresh-schedules")
     if chat:
-        cmd.append("--chat")
+        cmd += ["--chat", "--chat-template", args.chat_template]
     sh(cmd, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
@@ -227,9 +232,9 @@ def main() -> int:
     ap.add_argument("--gguf", type=Path, default=DEFAULT_GGUF)
     ap.add_argument("--llama", type=Path, default=DEFAULT_PEERS / "llama.cpp-0.3.36")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--sets", default="open,grounded",
-                    help="prompt sets of prompts/; `chat` needs a model with a chat template "
-                         "(the real GGUF is Gemma 3 270M's base model and has none)")
+    ap.add_argument("--sets", default="open,grounded,chat", help="prompt sets of prompts/")
+    ap.add_argument("--chat-template", type=Path, default=DEFAULT_CHAT_TEMPLATE,
+                    help="the chat set's template (the real GGUF, a base model, has none)")
     ap.add_argument("--samplings", default="greedy,sampled")
     ap.add_argument("-n", "--num-predict", type=int, default=128)
     ap.add_argument("--reps", type=int, default=1)
@@ -290,6 +295,7 @@ def run_real(args, report: dict) -> None:
             plain = next(v for v in our["variants"] if v["name"] == "plain")
             report["sets"].append({
                 "set": set_name, "sampling": sampling, "model": "gemma-3-270m Q4_K_M (GGUF)",
+                "chat_template": args.chat_template.name if set_name == "chat" else None,
                 "prompts": len(ids), "prompt_tokens": our["setup"]["prompt_tokens"],
                 "ours": {v["name"]: {"per_prompt_tps": v["per_prompt_decode_tokens_per_second"],
                                      "acceptance": v["acceptance"], "mean_accepted": v["mean_accepted"],

@@ -90,6 +90,27 @@ def real_model_rows(s: dict) -> list[str]:
     return rows, best_spec
 
 
+def default_verdict(ours: dict) -> tuple[str, bool]:
+    """The default schedule against plain decoding and against the best fixed depth, whole set
+    (total tokens ÷ total time): one line, and whether it is ≥ 0.97× plain and ≥ 0.95× the best
+    fixed depth."""
+    own = set_rate(ours["plain"]["per_prompt_tps"])
+    adaptive = set_rate(ours["mtp-adaptive"]["per_prompt_tps"]) if "mtp-adaptive" in ours else None
+    fixed = {k: set_rate(v["per_prompt_tps"]) for k, v in ours.items() if k.startswith("mtp-k")}
+    if not (own and adaptive and fixed):
+        return "", True
+    best = max(fixed, key=lambda k: fixed[k] or 0.0)
+    vs_plain, vs_best = adaptive / own, adaptive / fixed[best]
+    # The best fixed depth may be plain decoding itself.
+    best_rate, best_label = max((fixed[best], f"depth {best.removeprefix('mtp-k')}"), (own, "plain"))
+    vs_best = adaptive / best_rate
+    ok = vs_plain >= 0.97 and vs_best >= 0.95
+    line = (f"Default schedule, whole set: **{vs_plain:.3f}×** plain decoding, **{vs_best:.3f}×** the best "
+            f"fixed choice ({best_label}) — {'holds' if ok else 'misses'} ≥ 0.97× plain and ≥ 0.95× the "
+            f"best fixed choice.")
+    return line, ok
+
+
 def acc(name: str, v: dict) -> str:
     return "" if name == "plain" else f"{v['acceptance']:.2f}"
 
@@ -116,6 +137,8 @@ def render(r: dict) -> str:
            if r.get("default_pair_commit") else "") + ".",
         "",
     ]
+    verdicts: list[tuple[str, bool]] = []
+    header_end = len(lines)
     bench = r.get("llama_bench", {}).get("rows", [])
     if bench:
         lines.append("llama-bench (plain, its own timing): " + "; ".join(
@@ -125,7 +148,9 @@ def render(r: dict) -> str:
     for s in r["sets"]:
         share = median(s["copyable_share"])
         lines += [
-            f"**{s['model']}, {s['set']} prompts ({s['prompts']}), {s['sampling']}** — the share of our plain "
+            f"**{s['model']}, {s['set']} prompts ({s['prompts']}"
+            f"{', rendered with `' + s['chat_template'] + '`' if s.get('chat_template') else ''}), "
+            f"{s['sampling']}** — the share of our plain "
             f"output a prompt lookup could copy: median {share:.2f} "
             f"(min–max {min(s['copyable_share']):.2f}–{max(s['copyable_share']):.2f}).",
             "",
@@ -137,9 +162,11 @@ def render(r: dict) -> str:
         lines += rows
         prefill_ours = s["ours_prefill_tps"]
         prefill_llama = median([e["prompt_tps"] for e in s["llama"]["none"]])
+        verdict, ok = default_verdict(s["ours"])
+        verdicts.append((f"{s['set']} {s['sampling']} (GGUF)", ok))
         lines += ["", f"Prefill: ours {prefill_ours['median']:.0f} tok/s (whole set), llama.cpp "
                       f"{prefill_llama:.0f} tok/s (median per prompt); llama.cpp's best n-gram kind here: "
-                      f"`{best}`.", ""]
+                      f"`{best}`. {verdict}", ""]
     for s in r.get("default_pair", []):
         ours = s["ours"]
         own = ours["plain"]["per_prompt_tps"]
@@ -160,7 +187,15 @@ def render(r: dict) -> str:
                          f"{'' if name == 'plain' else ratio_spread(v['per_prompt_tps'], own)} | "
                          f"{'' if name == 'plain' else set_ratio(v['per_prompt_tps'], own)} | "
                          f"{acc(name, v)} | {depths} |")
-        lines.append("")
+        verdict, ok = default_verdict(ours)
+        verdicts.append((f"{s['set']} {s['sampling']} (default pair, controller {s['controller']})", ok))
+        lines += ["", verdict, ""]
+    misses = [name for name, ok in verdicts if not ok]
+    summary = (f"The default schedule holds ≥ 0.97× plain decoding and ≥ 0.95× the best fixed choice in "
+               f"{len(verdicts) - len(misses)} of {len(verdicts)} tables"
+               + (f"; it misses in: {', '.join(misses)}." if misses else "."))
+    lines.insert(header_end, summary)
+    lines.insert(header_end + 1, "")
     return "\n".join(lines).rstrip() + "\n"
 
 
