@@ -24,7 +24,7 @@ template; the real GGUF is Gemma 3 270M's base model, which has no template of i
 And the default pair (`models/default/`, ours only: no peer runs it): plain, the default
 schedule (adaptive, new controller per request), the seed's constant depth 4, and fixed depths.
 
-Usage (about 80 minutes on 2 cores):
+Usage (about 60 minutes on 2 cores):
   cargo build --release -p runner
   bash tools/bench_peers/build_llama_cpp.sh
   python3 tools/real_models/fetch.py

@@ -11,7 +11,8 @@
 //! * [`cache`] — full and sliding-window KV caches with an exact speculation transaction
 //!   (begin → write → commit(n)), isolated forks and read-only views;
 //! * [`model`] — the target and MTP drafter traits that models implement once over a backend;
-//! * [`proposer`] — where drafts come from: an MTP head chain, n-gram prompt lookup;
+//! * [`proposer`] — where drafts come from: an MTP head chain, n-gram prompt lookup, a small
+//!   draft model;
 //! * [`quant`] — quantized weights: GGUF block formats and MLX affine groups, their exact
 //!   dequantization, and the load-time quantizer;
 //! * [`experts`] — mixture-of-experts products over quantized expert stacks: the rows routed to

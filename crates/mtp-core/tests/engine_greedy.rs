@@ -319,3 +319,67 @@ fn the_response_serialises_with_every_statistic() {
         assert!(mtp.get(key).is_some(), "missing mtp.{key}");
     }
 }
+
+/// A prompt longer than a prefill chunk: 1300 tokens go through the target 512 at a time.
+fn long_prompt_request() -> GenerateRequest {
+    let prompt: Vec<u32> = (0..1300u32).map(|i| (i * 7 + i / 13) % 32).collect();
+    let mut r = GenerateRequest::greedy(prompt, 6);
+    r.draft = draft(ScheduleKind::Constant, ValidationMode::Batched, 3);
+    r
+}
+
+#[test]
+fn a_prompt_longer_than_a_chunk_prefills_in_chunks_as_in_one_forward() {
+    use mtp_core::Backend;
+    let b = B::default();
+    let t = target(TinyConfig {
+        max_context: 2048,
+        ..TinyConfig::default()
+    });
+    let req = long_prompt_request();
+    // The oracle: the whole prompt in one forward, the first token its last row's argmax.
+    let mut caches = t.new_caches(&b).expect("caches");
+    let ids = b
+        .from_u32(&req.prompt, &[1, req.prompt.len()])
+        .expect("ids");
+    let out = t.forward(&b, &ids, 0, &mut caches).expect("forward");
+    let last = b
+        .slice(&out.hidden, 1, req.prompt.len() - 1, 1)
+        .expect("row");
+    let logits = t.unembed(&b, &last).expect("logits");
+    let first = b
+        .to_vec_u32(&b.argmax(&logits, 2).expect("argmax"))
+        .expect("read")[0];
+    let plain_out = plain(&t, &req);
+    assert_eq!(plain_out.tokens[0], first);
+    assert_eq!(plain_out.prompt_eval_count, 1300);
+    let drafter = scripted(&t, &req, 1.0);
+    let (spec, _) = speculative(&t, &drafter, &req);
+    assert_eq!(spec.tokens, plain_out.tokens);
+}
+
+#[test]
+fn cancellation_stops_a_long_prefill_within_one_chunk() {
+    let b = B::default();
+    let t = target(TinyConfig {
+        max_context: 2048,
+        ..TinyConfig::default()
+    });
+    let req = long_prompt_request();
+    let cancel = CancelToken::new();
+    cancel.cancel();
+    let engine = Engine::new(&b, &t).with_env(no_env());
+    let mut caches = t.new_caches(&b).expect("caches");
+    let out = engine
+        .generate_with_caches(
+            &mut caches,
+            &req,
+            &mut |_id: u32| SinkFlow::Continue,
+            &cancel,
+        )
+        .expect("runs");
+    assert_eq!(out.done_reason, DoneReason::Cancelled);
+    assert!(out.tokens.is_empty());
+    assert_eq!(caches.position(), mtp_core::engine::PREFILL_CHUNK);
+    assert!(!caches.is_speculating());
+}

@@ -81,7 +81,9 @@ fn penalised_greedy(rng: &mut ChaCha8Rng) -> SamplerOptions {
         frequency_penalty,
         repeat_last_n: rng.random_range(1..16),
         top_k: rng.random_range(0..4),
-        top_p: rng.random_range(0.0..1.2),
+        // A sixth of the instances with top-p off (1), as the range past 1 gave before top-p
+        // was bounded to [0, 1].
+        top_p: rng.random_range(0.0..1.2f32).min(1.0),
         min_p,
         seed: None,
     }

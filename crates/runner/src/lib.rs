@@ -7,13 +7,14 @@
 //!   channel), and read the response with its MTP statistics;
 //! * [`models`] — the Gemma 4 text target ([`models::Gemma4Target`], a
 //!   [`TargetModel`](mtp_core::model::TargetModel)) and its assistant
-//!   ([`models::Gemma4Assistant`], an [`MtpDrafter`](mtp_core::model::MtpDrafter)), written once
-//!   over [`Backend`](mtp_core::Backend);
-//! * [`loading`] — HF model directories (config + memory-mapped safetensors) into those models;
+//!   ([`models::Gemma4Assistant`], an [`MtpDrafter`](mtp_core::model::MtpDrafter)), and the
+//!   Gemma 3 family, each written once over [`Backend`](mtp_core::Backend);
+//! * [`loading`] — HF model directories (config + memory-mapped safetensors, MLX affine
+//!   checkpoints) and GGUF files into those models;
 //! * [`tokenizer`] — `tokenizer.json` with its special tokens, Gemma chat prompts and the
 //!   streaming [`Detokenizer`](tokenizer::Detokenizer);
-//! * [`proposers`] — what drafts: an assistant's MTP head, prompt lookup, detected from a
-//!   draft directory's `model_type` or chosen;
+//! * [`proposers`] — what drafts: an assistant's MTP head, prompt lookup, a small draft model,
+//!   detected from a draft directory's `model_type` or chosen;
 //! * [`logprobs`] — each emitted token's log-probability and alternatives with their text;
 //! * [`defaults`] — where the default model pair lives;
 //! * `server` (cargo feature `server`, on by default) — `mtp serve`: the ollama and OpenAI
@@ -26,8 +27,10 @@
 //! [`backend_candle`] when enabled), with `metal`, `cuda`, `accelerate` and `mkl` passed
 //! through; `mlx` adds the MLX backend (re-exported as `backend_mlx`; see the workspace README
 //! for the Linux build); `cli` (default) builds the `mtp` program; `hf-hub` downloads models named
-//! by repo id that are not in the local HF cache. With `default-features = false`
-//! the library builds on mtp-core and its reference backend only.
+//! by repo id that are not in the local HF cache. With `default-features = false` the library
+//! computes on mtp-core's reference backend only (no candle backend, no kernels); `candle-core`
+//! itself stays linked, because GGUF headers are read with its maintained parser on every
+//! backend.
 #![warn(missing_docs)]
 
 pub mod defaults;

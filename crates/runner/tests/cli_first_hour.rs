@@ -1,4 +1,4 @@
-//! What a new user meets in the first hour (issue 20): statistics that add up, messages that
+//! What a new user meets in the first hour: statistics that add up, messages that
 //! say what is wrong, warnings once, no colours in a pipe, penalised greedy MTP, the reason
 //! speculation is off, the sampling defaults and their seed.
 

@@ -57,3 +57,30 @@ fn nan_weights_fail_clearly_in_every_mode() {
         }
     }
 }
+
+/// A NaN that reaches a quantized product (the 8-bit activation quantizer rounds a NaN to 0, as
+/// ggml's does) still stops the run: a NaN norm weight, with the projections after it quantized
+/// at load, on the quantized kernels (candle) and the exact dequantization (reference).
+#[test]
+fn nan_before_a_quantized_product_fails_clearly() {
+    let case = Case::named("copy_drafter");
+    let target = copy_dir(&case.target());
+    poison(target.path(), "model.layers.0.input_layernorm.weight");
+    for backend in ["reference", "candle"] {
+        for scheme in ["q8", "q4"] {
+            let mut cmd = mtp();
+            cmd.args([
+                "generate",
+                "--backend",
+                backend,
+                "--quantize",
+                scheme,
+                "--model",
+            ])
+            .arg(target.path())
+            .args(["--no-draft", "--temperature", "0"])
+            .arg(&case.prompt_text);
+            assert_fails_with(&mut cmd, "logits at position");
+        }
+    }
+}

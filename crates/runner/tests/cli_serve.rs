@@ -2,17 +2,23 @@
 //! exits 0 on SIGTERM; bad server options are refused by name.
 
 mod cli_common;
+mod gguf_support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
 use std::time::Duration;
 
 fn http_get(addr: &str, path: &str) -> String {
+    http_get_with(addr, path, "")
+}
+
+/// A GET with extra header lines (each ending in `\r\n`).
+fn http_get_with(addr: &str, path: &str, headers: &str) -> String {
     let mut tcp = std::net::TcpStream::connect(addr).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         tcp,
-        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nhost: x\r\n{headers}connection: close\r\n\r\n"
     )
     .unwrap();
     let mut text = String::new();
@@ -20,12 +26,20 @@ fn http_get(addr: &str, path: &str) -> String {
     text
 }
 
-#[cfg(unix)]
-#[test]
-fn serve_starts_answers_and_exits_zero_on_sigterm() {
+/// A running `mtp serve`: the child and its stderr, kept open (a closed pipe would kill the
+/// server with SIGPIPE at its next log line).
+struct Served {
+    child: std::process::Child,
+    _stderr: BufReader<std::process::ChildStderr>,
+}
+
+/// `mtp serve ARGS` on a free port with `envs`: the server and the address it listens on.
+fn spawn_serve(args: &[&str], envs: &[(&str, &str)]) -> (Served, String) {
     let bin = assert_cmd::cargo::cargo_bin("mtp");
     let mut child = std::process::Command::new(bin)
         .args(["serve", "--port", "0", "--name", "tiny"])
+        .args(args)
+        .envs(envs.iter().copied())
         .env_remove("RUST_LOG")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
@@ -43,9 +57,18 @@ fn serve_starts_answers_and_exits_zero_on_sigterm() {
             break rest.split_whitespace().next().unwrap().to_string();
         }
     };
-    let tags = http_get(&addr, "/api/tags");
-    assert!(tags.starts_with("HTTP/1.1 200"), "{tags}");
-    assert!(tags.contains("\"name\":\"tiny\""), "{tags}");
+    (
+        Served {
+            child,
+            _stderr: stderr,
+        },
+        addr,
+    )
+}
+
+/// SIGTERM the server and check that it exits 0.
+fn stop(served: Served) {
+    let mut child = served.child;
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -53,6 +76,93 @@ fn serve_starts_answers_and_exits_zero_on_sigterm() {
     assert!(killed.success());
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status:?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn serve_starts_answers_and_exits_zero_on_sigterm() {
+    let (child, addr) = spawn_serve(&[], &[]);
+    let tags = http_get(&addr, "/api/tags");
+    assert!(tags.starts_with("HTTP/1.1 200"), "{tags}");
+    assert!(tags.contains("\"name\":\"tiny\""), "{tags}");
+    stop(child);
+}
+
+#[cfg(unix)]
+#[test]
+fn model_metadata_is_read_from_the_files() {
+    // The default pair: a Gemma 4 directory of safetensors.
+    let (child, addr) = spawn_serve(&[], &[]);
+    let tags = http_get(&addr, "/api/tags");
+    stop(child);
+    let body = tags.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_str(body.trim()).expect("tags JSON");
+    let model = &json["models"][0];
+    assert_eq!(model["details"]["format"], "safetensors", "{json}");
+    assert!(
+        model["details"]["family"]
+            .as_str()
+            .unwrap()
+            .starts_with("gemma4"),
+        "{json}"
+    );
+    assert!(model["size"].as_u64().unwrap() > 0, "{json}");
+    // A Gemma 3 GGUF: its architecture, file type and parameter count.
+    let gguf = gguf_support::fixture("gemma3/tiny/model-f32.gguf");
+    let (child, addr) = spawn_serve(&["--model", gguf.to_str().unwrap()], &[]);
+    let tags = http_get(&addr, "/api/tags");
+    stop(child);
+    let body = tags.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_str(body.trim()).expect("tags JSON");
+    let details = &json["models"][0]["details"];
+    assert_eq!(details["format"], "gguf", "{json}");
+    assert_eq!(details["family"], "gemma3", "{json}");
+    assert!(
+        !details["parameter_size"].as_str().unwrap().is_empty(),
+        "{json}"
+    );
+    assert_eq!(
+        json["models"][0]["size"].as_u64().unwrap(),
+        std::fs::metadata(&gguf).unwrap().len(),
+        "{json}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn the_api_key_comes_from_a_file_or_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("key");
+    std::fs::write(&file, "file-key\nignored second line\n").unwrap();
+    let file_arg = file.to_str().unwrap();
+    for (args, envs, key) in [
+        (vec!["--api-key-file", file_arg], vec![], "file-key"),
+        (vec![], vec![("MTP_API_KEY", "env-key")], "env-key"),
+    ] {
+        let (child, addr) = spawn_serve(&args, &envs);
+        let refused = http_get(&addr, "/api/tags");
+        assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+        let wrong = http_get_with(&addr, "/api/tags", "authorization: Bearer file-kez\r\n");
+        assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+        let header = format!("authorization: Bearer {key}\r\n");
+        let ok = http_get_with(&addr, "/api/tags", &header);
+        assert!(ok.starts_with("HTTP/1.1 200"), "{args:?} {envs:?}: {ok}");
+        stop(child);
+    }
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    cli_common::assert_fails_with(
+        cli_common::mtp().args(["serve", "--api-key-file", empty.to_str().unwrap()]),
+        "the API key is empty",
+    );
+    cli_common::assert_fails_with(
+        cli_common::mtp().args(["serve", "--api-key-file", "/nonexistent/key"]),
+        "/nonexistent/key",
+    );
+    cli_common::assert_fails_with(
+        cli_common::mtp().args(["serve", "--api-key", "a", "--api-key-file", file_arg]),
+        "cannot be used with",
+    );
 }
 
 #[test]

@@ -502,6 +502,47 @@ fn a_full_queue_answers_503_and_keys_are_checked() {
 }
 
 #[test]
+fn sampling_bounds_match_across_apis_and_num_ctx_is_honoured() {
+    let s = shared();
+    let prompt_len = raw_ids(PROMPT).len();
+    let rt = runtime();
+    rt.block_on(async {
+        for (field, value) in [
+            ("top_p", json!(7)),
+            ("top_p", json!(-3)),
+            ("min_p", json!(1.5)),
+        ] {
+            let body = json!({"model": NAME, "prompt": PROMPT, "raw": true, "stream": false,
+                              "options": {field: value, "num_predict": 2}});
+            let (status, text) = call(&s.router, "POST", "/api/generate", Some(body)).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{field} {value}: {text}");
+            assert!(text.contains(field), "{text}");
+            if field == "top_p" {
+                let body = json!({"model": NAME, "prompt": PROMPT, "max_tokens": 2, field: value});
+                let (status, text) = call(&s.router, "POST", "/v1/completions", Some(body)).await;
+                assert_eq!(status, StatusCode::BAD_REQUEST, "{field} {value}: {text}");
+            }
+        }
+        // num_ctx caps the prompt and the generated tokens together.
+        let body = json!({"model": NAME, "prompt": PROMPT, "raw": true, "stream": false,
+                          "options": {"temperature": 0, "num_predict": 50,
+                                      "num_ctx": prompt_len + 3}});
+        let (status, text) = call(&s.router, "POST", "/api/generate", Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let v = json_of(&text);
+        assert!(v["eval_count"].as_u64().unwrap() <= 3, "{v}");
+        assert_eq!(v["done_reason"], "length", "{v}");
+        for ctx in [json!(prompt_len), json!(0), json!(-5)] {
+            let body = json!({"model": NAME, "prompt": PROMPT, "raw": true, "stream": false,
+                              "options": {"num_ctx": ctx}});
+            let (status, text) = call(&s.router, "POST", "/api/generate", Some(body)).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "num_ctx {ctx}: {text}");
+            assert!(text.contains("num_ctx"), "{text}");
+        }
+    });
+}
+
+#[test]
 fn fuzzed_bodies_never_give_5xx() {
     let s = start(
         ServerConfig {
@@ -554,6 +595,7 @@ fn fuzzed_bodies_never_give_5xx() {
         "top_p",
         "min_p",
         "num_predict",
+        "num_ctx",
         "max_tokens",
         "stop",
         "seed",

@@ -362,7 +362,26 @@ impl QuantMatMul {
             Storage::Interleaved(w) => dispatch::Weight::Interleaved(w.clone()),
             Storage::InterleavedK(w) => dispatch::Weight::InterleavedK(w.clone()),
         };
-        dispatch::matmul(self.ty, weight, self.shape, x, n, simd, pool)
+        let mut out = dispatch::matmul(self.ty, weight, self.shape, x, n, simd, pool)?;
+        poison_non_finite_rows(x, cols, &mut out, self.shape[0]);
+        Ok(out)
+    }
+}
+
+/// Gives NaN outputs to every activation row of `x` (`cols` wide) that holds a NaN or an
+/// infinity. The activation quantizers, like ggml's, round a NaN to 0 and clamp infinities, so
+/// a non-finite activation (a NaN weight upstream, an overflow) would vanish in the product and
+/// the engine's non-finite check on the logits would never see it; with this the row stays
+/// non-finite, as an `f32` product keeps it.
+fn poison_non_finite_rows(x: &[f32], cols: usize, out: &mut [f32], out_cols: usize) {
+    if cols == 0 || out_cols == 0 {
+        return;
+    }
+    for (input, output) in x.chunks_exact(cols).zip(out.chunks_exact_mut(out_cols)) {
+        let bad = input.iter().fold(false, |bad, v| bad | !v.is_finite());
+        if bad {
+            output.fill(f32::NAN);
+        }
     }
 }
 

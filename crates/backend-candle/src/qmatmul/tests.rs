@@ -485,3 +485,24 @@ fn a_block_encodes_back_to_its_bytes() {
     round_trip::<super::q5_0::Q5_0>(GgmlType::Q5_0);
     round_trip::<super::q4_0::Q4_0>(GgmlType::Q4_0);
 }
+
+#[test]
+fn a_non_finite_activation_makes_its_output_row_nan() {
+    for ty in TYPES {
+        let (rows, cols, n) = (11, ty.block_size() * 2, 3);
+        let w = Arc::new(random_tensor(ty, rows, cols, 5));
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut x = random_x(n, cols, 9);
+            x[cols + 7] = bad; // row 1 only
+            for k in every_layout(&w) {
+                for simd in Simd::available() {
+                    let got = k.forward_with(&x, n, simd).expect("forward");
+                    let what = format!("{ty} {:?} {simd} {bad}", k.layout());
+                    assert!(got[rows..2 * rows].iter().all(|v| v.is_nan()), "{what}");
+                    assert!(got[..rows].iter().all(|v| v.is_finite()), "{what}");
+                    assert!(got[2 * rows..].iter().all(|v| v.is_finite()), "{what}");
+                }
+            }
+        }
+    }
+}

@@ -20,11 +20,12 @@
 //!
 //! # Costs
 //!
-//! Greedy rounds make one host read per round (draft ids and target argmax ids together) plus
-//! the drafter's own steps, which stay on the device. Sampled rounds sample on the host with the
-//! seeded [`Sampler`](crate::sampling::Sampler), so that every backend draws the same tokens for a
-//! seed: each draft step reads its logits row, and verification reads the `k + 1` logits rows —
-//! full-vocabulary copies that a device-side top-k could shrink later. Drafting at depth 0 is a
+//! Greedy rounds without penalties make one host read per round (draft ids and target argmax ids
+//! together) plus the drafter's own steps, which stay on the device. Sampled rounds sample on the
+//! host with the seeded [`Sampler`](crate::sampling::Sampler), so that every backend draws the
+//! same tokens for a seed: each draft step reads its logits row, and verification reads the
+//! `k + 1` logits rows — only their top candidates when top-k (or top-p / min-p with bounds on
+//! the row's mass) lets a device-side top-k settle them, else the whole row. Drafting at depth 0 is a
 //! plain step: no drafter call and no speculation transaction.
 //!
 //! On a lazy backend ([`Execution::Lazy`](crate::Execution), MLX) a greedy round is one graph
@@ -68,6 +69,7 @@ mod verify;
 
 pub use overlap::EvalOverlap;
 pub use prefix::{PrefixCache, PrefixReuse};
+pub use session::PREFILL_CHUNK;
 pub use sink::{CancelToken, DiscardSink, ScoredSink, SinkFlow, TokenSink};
 pub use stats::{DoneReason, MtpStats, PositionCounts, ProposerCounts, Response};
 

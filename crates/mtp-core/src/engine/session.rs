@@ -12,6 +12,11 @@ use crate::options::DecodeMode;
 use crate::sampling::{Distribution, HostRows, LogitRow, Sampler, TokenLogprobs};
 use crate::{Backend, CoreError};
 
+/// Prompt tokens per prefill forward: a prompt goes through the target this many tokens at a
+/// time, with cancellation checked between chunks. The attention scores of one forward then hold
+/// at most this many query rows per head (512 rows × a 32k context × 4 bytes
+/// is 64 MiB a head), while a chunk is still wide enough for the batched kernels' full speed.
+pub const PREFILL_CHUNK: usize = 512;
 /// One generation in progress.
 pub(super) struct Session<'s, B: Backend> {
     pub backend: &'s B,
@@ -275,14 +280,38 @@ impl<'s, B: Backend> Session<'s, B> {
     }
 
     /// Evaluate the prompt, choose and emit the first token.
+    ///
+    /// The prompt goes through the target [`PREFILL_CHUNK`] tokens at a time, so one forward's
+    /// attention scores span at most `PREFILL_CHUNK × context` (memory linear in the prompt,
+    /// not quadratic), and cancellation is checked between chunks: a cancelled request stops
+    /// within one chunk, its caches holding the chunks evaluated.
     pub fn prefill(&mut self) -> Result<(), B::Error> {
         if self.budget == 0 {
             self.done = Some(DoneReason::Length);
             return Ok(());
         }
-        let ids = self.ids(&self.prompt[self.cached..])?;
-        let out = self.forward_live(&ids)?;
-        let last = self.prompt.len() - 1 - self.cached;
+        let mut start = self.cached;
+        let mut last_chunk = None;
+        while start < self.prompt.len() {
+            if start > self.cached && self.cancelled() {
+                return Ok(());
+            }
+            let end = (start + PREFILL_CHUNK).min(self.prompt.len());
+            let ids = self.ids(&self.prompt[start..end])?;
+            let out = self.forward_live(&ids)?;
+            if end < self.prompt.len() {
+                // A lazy backend evaluates each chunk before building the next one's graph.
+                self.backend.eval(&[&out.hidden])?;
+            }
+            last_chunk = Some((out, end - start));
+            start = end;
+        }
+        let Some((out, len)) = last_chunk else {
+            return Err(
+                CoreError::Cache("prefill found no prompt token left to evaluate".into()).into(),
+            );
+        };
+        let last = len - 1;
         let logits = self.row_logits(&out.hidden, last)?;
         let first_token = self.choose(&logits)?;
         self.hidden = Some(self.backend.slice(&out.draft_hidden, 1, last, 1)?);

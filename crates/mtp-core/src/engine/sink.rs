@@ -83,9 +83,13 @@ impl TokenSink for DiscardSink {
 }
 
 /// A cancellation flag shared between the caller and a running generation; the engine checks it
-/// once per round (and once per token in plain decode).
+/// once per round (once per token in plain decode, and between prefill chunks).
 #[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
+pub struct CancelToken {
+    flag: Arc<AtomicBool>,
+    /// A token whose cancellation cancels this one too (a server's shutdown, say).
+    parent: Option<Arc<AtomicBool>>,
+}
 
 impl CancelToken {
     /// A token that is not cancelled.
@@ -93,13 +97,44 @@ impl CancelToken {
         Self::default()
     }
 
-    /// Ask the generation to stop at its next check.
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
+    /// A token that is cancelled on its own or when `parent` is (cancelling it leaves
+    /// `parent` alone).
+    pub fn child_of(parent: &CancelToken) -> Self {
+        Self {
+            flag: Arc::default(),
+            parent: Some(parent.flag.clone()),
+        }
     }
 
-    /// Whether [`CancelToken::cancel`] was called.
+    /// Ask the generation to stop at its next check.
+    pub fn cancel(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`CancelToken::cancel`] was called on this token or on its parent.
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.flag.load(Ordering::SeqCst)
+            || self
+                .parent
+                .as_ref()
+                .is_some_and(|p| p.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CancelToken;
+
+    #[test]
+    fn a_child_token_follows_its_parent_not_the_other_way() {
+        let parent = CancelToken::new();
+        let child = CancelToken::child_of(&parent);
+        let sibling = CancelToken::child_of(&parent);
+        assert!(!child.is_cancelled());
+        child.cancel();
+        assert!(child.is_cancelled() && !parent.is_cancelled() && !sibling.is_cancelled());
+        parent.cancel();
+        assert!(sibling.is_cancelled() && parent.is_cancelled());
+        assert!(CancelToken::child_of(&parent).is_cancelled());
     }
 }

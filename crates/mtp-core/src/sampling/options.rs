@@ -13,7 +13,8 @@ pub struct SamplerOptions {
     pub temperature: f32,
     /// Keep only the `top_k` most likely tokens; 0 (or ≥ the vocabulary) is off.
     pub top_k: usize,
-    /// Nucleus sampling threshold; any value ≤ 0 or ≥ 1 is off.
+    /// Nucleus sampling threshold in [0, 1]; 0 or 1 is off ([`validate`](Self::validate)
+    /// refuses other values; the pipeline treats any value ≤ 0 or ≥ 1 as off).
     pub top_p: f32,
     /// Drop tokens whose probability is below `min_p` × the largest probability; 0 is off.
     pub min_p: f32,
@@ -46,8 +47,8 @@ impl Default for SamplerOptions {
 }
 
 impl SamplerOptions {
-    /// Checks the options: every value finite, temperature ≥ 0, min-p in [0, 1], repeat penalty
-    /// > 0. Any finite top-p is accepted (≤ 0 or ≥ 1 means off).
+    /// Checks the options: every value finite, temperature ≥ 0, top-p and min-p in [0, 1]
+    /// (top-p 0 or 1 means off, as OpenAI's API bounds it), repeat penalty > 0.
     pub fn validate(&self) -> Result<(), CoreError> {
         let check = |name: &'static str, v: f32, ok: bool, reason: &'static str| {
             if !v.is_finite() {
@@ -72,7 +73,12 @@ impl SamplerOptions {
             self.temperature >= 0.0,
             "must be >= 0",
         )?;
-        check("top_p", self.top_p, true, "")?;
+        check(
+            "top_p",
+            self.top_p,
+            (0.0..=1.0).contains(&self.top_p),
+            "must be between 0 and 1",
+        )?;
         check(
             "min_p",
             self.min_p,
@@ -317,12 +323,24 @@ mod tests {
                 other => panic!("{o:?}: {other:?}"),
             }
         }
-        assert!(SamplerOptions {
-            top_p: -3.0,
-            ..base.clone()
+        for top_p in [-3.0, 7.0, 1.0001] {
+            match (SamplerOptions {
+                top_p,
+                ..base.clone()
+            })
+            .validate()
+            {
+                Err(CoreError::InvalidOption { name, .. }) => assert_eq!(name, "top_p"),
+                other => panic!("top_p {top_p}: {other:?}"),
+            }
         }
-        .validate()
-        .is_ok());
-        assert!(SamplerOptions { top_p: 7.0, ..base }.validate().is_ok());
+        for top_p in [0.0, 0.5, 1.0] {
+            assert!(SamplerOptions {
+                top_p,
+                ..base.clone()
+            }
+            .validate()
+            .is_ok());
+        }
     }
 }

@@ -252,7 +252,7 @@ pub struct SamplingArgs {
     /// generation_config.json, else 40; mtp bench: 0].
     #[arg(long, value_name = "K", value_parser = whole::<usize>)]
     pub top_k: Option<usize>,
-    /// Nucleus sampling threshold; <= 0 or >= 1 is off [default: the model's
+    /// Nucleus sampling threshold, 0 to 1; 0 or 1 is off [default: the model's
     /// generation_config.json, else 0.9; mtp bench: 1].
     #[arg(long, allow_negative_numbers = true, value_name = "P")]
     pub top_p: Option<f32>,

@@ -55,9 +55,15 @@ pub struct ServerArgs {
     /// The model name requests must use [default: the target directory's name].
     #[arg(long)]
     pub name: Option<String>,
-    /// Require `Authorization: Bearer KEY` on every request [default: no key].
-    #[arg(long, value_name = "KEY")]
+    /// Require `Authorization: Bearer KEY` on every request. On the command line the key is
+    /// visible to every user of the machine (`ps`, `/proc/*/cmdline`): prefer --api-key-file or
+    /// the MTP_API_KEY environment variable [default: no key].
+    #[arg(long, value_name = "KEY", env = "MTP_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Read the API key from the first line of FILE (the rest of the file is ignored; at most
+    /// 4 KiB are read).
+    #[arg(long, value_name = "FILE", conflicts_with = "api_key")]
+    pub api_key_file: Option<std::path::PathBuf>,
     /// Requests that may wait for the engine; more get 503 with Retry-After.
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = bounded(1, 4096))]
     pub queue: usize,
@@ -79,9 +85,16 @@ pub struct ServerArgs {
     /// [default: reuse on].
     #[arg(long)]
     pub no_prefix_reuse: bool,
-    /// End a request (queue wait included) after this many seconds [default: no limit].
-    #[arg(long, value_name = "SECS", value_parser = seconds)]
-    pub request_timeout: Option<Duration>,
+    /// End a request (queue wait included) after this many seconds.
+    #[arg(long, default_value = "600", value_name = "SECS", value_parser = seconds)]
+    pub request_timeout: Duration,
+    /// Connections open at once; more wait until one closes.
+    #[arg(long, default_value_t = 512, value_name = "N", value_parser = bounded(1, 65536))]
+    pub max_connections: usize,
+    /// Disconnect a client that takes longer than this to send a request's headers, or pauses
+    /// longer than this within its body.
+    #[arg(long, default_value = "10", value_name = "SECS", value_parser = seconds)]
+    pub read_timeout: Duration,
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 4 << 20, value_name = "BYTES", value_parser = bounded(1024, 1 << 30))]
     pub max_body: usize,
@@ -117,6 +130,8 @@ impl BatchSpeculation {
 
 /// Run `mtp serve`.
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // Before the models load: a bad key file is said at once.
+    let key = api_key(&args.server)?;
     let mut paths = args.model.paths()?;
     let choice = if args.draft.no_draft {
         ProposerChoice::none()
@@ -184,10 +199,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     .map_err(|e| anyhow::anyhow!(e))
     .context("cannot start the model worker")?;
     let config = ServerConfig {
-        api_key: args.server.api_key.clone().filter(|k| !k.is_empty()),
+        api_key: key,
         max_body_bytes: args.server.max_body,
         max_tokens: args.server.max_tokens,
-        request_timeout: args.server.request_timeout,
+        request_timeout: Some(args.server.request_timeout),
+        max_connections: args.server.max_connections,
+        read_timeout: args.server.read_timeout,
         draft: args.draft.overrides(),
         shutdown_grace: args.server.shutdown_grace,
         ..ServerConfig::default()
@@ -228,4 +245,36 @@ fn model_name(target: &std::path::Path) -> String {
         }
     }
     base
+}
+
+/// The largest API key file read.
+const MAX_API_KEY_FILE: u64 = 4096;
+
+/// The API key from `--api-key` / `MTP_API_KEY` or the first line of `--api-key-file`; `None`
+/// when neither is given. An empty key (or key file) is refused: it would look like protection
+/// and give none.
+fn api_key(args: &ServerArgs) -> anyhow::Result<Option<String>> {
+    let key = match (&args.api_key, &args.api_key_file) {
+        (Some(key), _) => key.clone(),
+        (None, Some(path)) => {
+            let size = std::fs::metadata(path)
+                .with_context(|| format!("cannot read the API key file {}", path.display()))?
+                .len();
+            if size > MAX_API_KEY_FILE {
+                anyhow::bail!(
+                    "the API key file {} has {size} bytes; a key file may have at most \
+                     {MAX_API_KEY_FILE}",
+                    path.display()
+                );
+            }
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the API key file {}", path.display()))?;
+            text.lines().next().unwrap_or_default().trim().to_string()
+        }
+        (None, None) => return Ok(None),
+    };
+    if key.is_empty() {
+        anyhow::bail!("the API key is empty: give a non-empty key, or none to serve without one");
+    }
+    Ok(Some(key))
 }

@@ -301,6 +301,40 @@ type Resolved<T> = Result<T, ConfigProblem>;
 /// is a broken file, refused before anything is sized from it. Every family checks it.
 pub const MAX_LAYERS: usize = 1024;
 
+/// Why a configuration float cannot be used, or `None` when it can: the RMS norm epsilon must be
+/// finite and not negative (a NaN epsilon turns every norm into NaN, a negative one can take the
+/// root of a negative number), a RoPE base finite and positive, a softcap finite when given.
+pub fn float_problem(name: &str, value: f64, rule: FloatRule) -> Option<String> {
+    let ok = value.is_finite()
+        && match rule {
+            FloatRule::NotNegative => value >= 0.0,
+            FloatRule::Positive => value > 0.0,
+            FloatRule::Finite => true,
+        };
+    (!ok).then(|| format!("{name} is {value}: it must be {}", rule.describe()))
+}
+
+/// What a configuration float must be (see [`float_problem`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloatRule {
+    /// Finite and at least 0.
+    NotNegative,
+    /// Finite and above 0.
+    Positive,
+    /// Finite.
+    Finite,
+}
+
+impl FloatRule {
+    fn describe(self) -> &'static str {
+        match self {
+            FloatRule::NotNegative => "finite and at least 0",
+            FloatRule::Positive => "finite and above 0",
+            FloatRule::Finite => "finite",
+        }
+    }
+}
+
 fn invalid<T>(reason: impl Into<String>) -> Resolved<T> {
     Err(ConfigProblem::Invalid(reason.into()))
 }
@@ -316,6 +350,9 @@ fn unsupported<T>(feature: impl Into<String>) -> Resolved<T> {
 /// * `proportional`: the first `floor(prf * d / 2)` pairs get `theta^(-2i/d)` (exponent over the
 ///   whole head dim), the remaining pairs frequency 0 (no rotation); all divided by `factor`.
 pub fn rope_inv_freq(params: &RopeParameters, head_dim: usize) -> Resolved<Vec<f32>> {
+    if let Some(problem) = float_problem("rope_theta", params.rope_theta, FloatRule::Positive) {
+        return invalid(problem);
+    }
     let half = head_dim / 2;
     let freq = |i: usize| -> f32 {
         // HF: torch.arange(0, dim, 2).float() / dim, then base ** that, in f32.
@@ -523,6 +560,23 @@ impl Gemma4TextConfig {
         }
         if self.hidden_activation != "gelu_pytorch_tanh" && self.hidden_activation != "gelu_tanh" {
             return unsupported(format!("hidden_activation {:?}", self.hidden_activation));
+        }
+        let floats = [
+            (
+                "rms_norm_eps",
+                Some(self.rms_norm_eps),
+                FloatRule::NotNegative,
+            ),
+            (
+                "final_logit_softcapping",
+                self.final_logit_softcapping,
+                FloatRule::Finite,
+            ),
+        ];
+        for (name, value, rule) in floats {
+            if let Some(problem) = value.and_then(|v| float_problem(name, v, rule)) {
+                return invalid(problem);
+            }
         }
         let n = self.num_hidden_layers;
         let nonzero = [

@@ -1,8 +1,9 @@
 //! The async engine handle the HTTP side talks to, and what flows through it.
 //!
 //! A worker thread ([`super::worker::WorkerEngine`]) owns the backend and the models (MLX arrays
-//! must stay on one thread); requests reach it through a bounded queue and are served one at a
-//! time, in order; text streams back through a channel per request.
+//! must stay on one thread); requests reach it through a bounded queue and are served in order of
+//! arrival, one at a time or several as a continuous batch; text streams back through a channel
+//! per request.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -28,6 +29,8 @@ pub struct ModelInfo {
     pub backend: String,
     /// Bytes of the weight files of the pair.
     pub size_bytes: u64,
+    /// What the target model is: family, format, parameters, quantization.
+    pub facts: super::model_facts::ModelFacts,
     /// When the server loaded the pair.
     pub loaded_at: std::time::SystemTime,
     /// How long loading took.

@@ -1,8 +1,9 @@
 //! `mtp serve`: the ollama API (`/api/*`, NDJSON streams) and the OpenAI API (`/v1/*`,
 //! server-sent events) on one port, over one loaded model pair.
 //!
-//! * A worker thread ([`WorkerEngine`]) owns the backend and the models and serves requests one
-//!   at a time, in order, from a bounded queue (full → 503 with `Retry-After`); the handlers
+//! * A worker thread ([`WorkerEngine`]) owns the backend and the models and serves requests from
+//!   a bounded queue (full → 503 with `Retry-After`), one at a time or, with `--parallel` above
+//!   1, as a continuous batch; the handlers
 //!   reach it through the async [`EngineHandle`]. Settings (`MTP_*` included) are resolved once
 //!   at start.
 //! * Text streams back piece by piece. Stop strings are matched on the text, so a stop string
@@ -19,10 +20,12 @@
 //! * Errors come in each API's own shape; bodies are size-limited; options are validated as
 //!   `mtp generate` validates them; `GET /metrics` serves Prometheus text.
 
+mod accept;
 mod body;
 mod engine;
 mod error;
 mod metrics;
+pub mod model_facts;
 mod ollama;
 mod ollama_types;
 mod openai;
@@ -57,6 +60,7 @@ pub use worker::{StartError, WorkerEngine, WorkerOptions, WorkerSeat};
 pub fn router(state: AppState) -> Router {
     metrics::handle();
     let limit = state.config.max_body_bytes;
+    let body_timeout = state.config.read_timeout;
     Router::new()
         .route("/", get(root).head(root))
         .route("/api/generate", post(ollama::generate))
@@ -73,6 +77,9 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            body_timeout,
+        ))
         .with_state(state)
 }
 
@@ -85,6 +92,10 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     metrics::handle();
     let grace = state.config.shutdown_grace;
+    let limits = accept::ConnectionLimits {
+        max_connections: state.config.max_connections,
+        header_timeout: state.config.read_timeout,
+    };
     let cancel_all = state.shutdown.clone();
     let signal = async move {
         shutdown.await;
@@ -98,9 +109,7 @@ pub async fn serve(
             cancel_all.cancel();
         });
     };
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(signal)
-        .await
+    accept::serve_connections(listener, router(state), limits, signal).await
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -142,7 +151,7 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(key.as_str()) && path != "/" {
+        if !key_matches(given, key) && path != "/" {
             let response = ApiError::new(
                 api,
                 StatusCode::UNAUTHORIZED,
@@ -220,4 +229,11 @@ async fn method_not_allowed(request: Request) -> ApiError {
         StatusCode::METHOD_NOT_ALLOWED,
         format!("{} is not allowed on {path}", request.method()),
     )
+}
+
+/// Whether the key a request gave is the server's, compared in constant time (the time taken
+/// does not depend on how many leading bytes match; only the lengths may show).
+fn key_matches(given: Option<&str>, key: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    given.is_some_and(|given| bool::from(given.as_bytes().ct_eq(key.as_bytes())))
 }

@@ -57,14 +57,20 @@ fn sampling(options: &Options) -> Result<SamplerOptions, ApiError> {
             Some(v) => in_range(API, name, v, f32::MIN, f32::MAX),
         }
     };
+    let unit = |name: &str, v: Option<f32>, default: f32| -> Result<f32, ApiError> {
+        match v {
+            None => Ok(default),
+            Some(v) => in_range(API, name, v, 0.0, 1.0),
+        }
+    };
     if options.typical_p.is_some_and(|p| p != 1.0) {
         return Err(ApiError::bad_request(API, "typical_p is not supported"));
     }
     Ok(SamplerOptions {
         temperature: finite("temperature", options.temperature, defaults.temperature)?,
         top_k: nonneg("top_k", options.top_k, defaults.top_k)?,
-        top_p: finite("top_p", options.top_p, defaults.top_p)?,
-        min_p: finite("min_p", options.min_p, defaults.min_p)?,
+        top_p: unit("top_p", options.top_p, defaults.top_p)?,
+        min_p: unit("min_p", options.min_p, defaults.min_p)?,
         repeat_penalty: finite(
             "repeat_penalty",
             options.repeat_penalty,
@@ -168,14 +174,16 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Resp
     }
     let options = body.options.clone().unwrap_or_default();
     let prompt = if body.raw || state.engine.chat_template().is_err() {
-        state.raw_prompt(API, &body.prompt)?
+        state.raw_prompt(API, body.prompt.clone()).await?
     } else {
         let mut messages = Vec::new();
         if let Some(system) = body.system.as_deref().filter(|s| !s.is_empty()) {
             messages.push(ChatMessage::text("system", system));
         }
         messages.push(ChatMessage::text("user", &body.prompt));
-        state.chat_prompt(API, &messages, &ChatOptions::default())?
+        state
+            .chat_prompt(API, messages, ChatOptions::default())
+            .await?
     };
     let job = job(&state, prompt, &options, logprobs)?;
     let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| GenerateChunk {
@@ -231,7 +239,9 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
         messages.push(message);
     }
     let options = body.options.clone().unwrap_or_default();
-    let prompt = state.chat_prompt(API, &messages, &ChatOptions::default())?;
+    let prompt = state
+        .chat_prompt(API, messages, ChatOptions::default())
+        .await?;
     let job = job(&state, prompt, &options, logprobs)?;
     let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| ChatChunk {
         model: name.clone(),
@@ -272,7 +282,27 @@ fn job(
     options: &Options,
     logprobs: Option<usize>,
 ) -> Result<GenerationJob, ApiError> {
-    let budget = state.budget(prompt.len(), num_predict(options));
+    let mut budget = state.budget(prompt.len(), num_predict(options));
+    if let Some(ctx) = options.num_ctx {
+        // The context this request may use: the prompt and the generated tokens together (the
+        // model's own context still bounds it). ollama truncates a longer prompt; a silent cut
+        // changes the answer, so it is refused here instead.
+        let ctx = usize::try_from(ctx)
+            .ok()
+            .filter(|&c| c > 0)
+            .ok_or_else(|| ApiError::bad_request(API, format!("num_ctx must be > 0, got {ctx}")))?;
+        if prompt.len() >= ctx {
+            return Err(ApiError::bad_request(
+                API,
+                format!(
+                    "the prompt has {} tokens: num_ctx {ctx} leaves no room to generate \
+                     (raise num_ctx or shorten the prompt)",
+                    prompt.len()
+                ),
+            ));
+        }
+        budget = budget.min(ctx - prompt.len());
+    }
     let stop = options.stop.clone().unwrap_or_default();
     state.job(API, prompt, sampling(options)?, budget, stop, logprobs)
 }
@@ -337,14 +367,20 @@ where
         .into_response())
 }
 
-fn details() -> ModelDetails {
+/// The model's details as ollama reports them, from the files the server loaded.
+fn details(state: &AppState) -> ModelDetails {
+    let facts = &state.engine.model().facts;
     ModelDetails {
         parent_model: String::new(),
-        format: "safetensors".into(),
-        family: "gemma4".into(),
-        families: vec!["gemma4".into()],
-        parameter_size: String::new(),
-        quantization_level: String::new(),
+        format: facts.format.clone(),
+        family: facts.family.clone(),
+        families: if facts.family.is_empty() {
+            Vec::new()
+        } else {
+            vec![facts.family.clone()]
+        },
+        parameter_size: facts.parameter_size.clone(),
+        quantization_level: facts.quantization_level.clone(),
     }
 }
 
@@ -370,7 +406,7 @@ pub async fn tags(State(state): State<AppState>) -> Json<serde_json::Value> {
         modified_at: modified_at(&state),
         size: model.size_bytes,
         digest: digest(&state),
-        details: details(),
+        details: details(&state),
     };
     Json(json!({ "models": [entry] }))
 }
@@ -383,7 +419,7 @@ pub async fn ps(State(state): State<AppState>) -> Json<serde_json::Value> {
         model: model.name.clone(),
         size: model.size_bytes,
         digest: digest(&state),
-        details: details(),
+        details: details(&state),
         // Loaded for the server's lifetime.
         expires_at: "9999-12-31T23:59:59Z".into(),
         size_vram: 0,
@@ -413,17 +449,24 @@ pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Response
         .clone()
         .unwrap_or_default();
     let capabilities = ["completion"];
+    let mut model_info = serde_json::Map::new();
+    model_info.insert("general.architecture".into(), json!(model.facts.family));
+    model_info.insert(
+        "general.file_type".into(),
+        json!(model.facts.quantization_level),
+    );
+    model_info.insert(
+        format!("{}.context_length", model.facts.family),
+        json!(model.max_context),
+    );
+    model_info.insert("mtp.drafter".into(), json!(model.drafter));
+    model_info.insert("mtp.backend".into(), json!(model.backend));
     Ok(Json(json!({
         "modelfile": format!("# served by mtp-rs\nFROM {}\n", model.name),
         "parameters": "",
         "template": template,
-        "details": details(),
-        "model_info": {
-            "general.architecture": "gemma4",
-            "gemma4.context_length": model.max_context,
-            "mtp.drafter": model.drafter,
-            "mtp.backend": model.backend,
-        },
+        "details": details(&state),
+        "model_info": model_info,
         "capabilities": capabilities,
         "modified_at": modified_at(&state),
     }))

@@ -59,7 +59,8 @@ pub struct Message {
 }
 
 /// The model options of a request (`api.Options`); unknown ones (runner options such as
-/// `num_ctx`) are accepted and ignored, as ollama does for options a runner does not use.
+/// `num_gpu`) are accepted and ignored, as ollama does for options a runner does not use.
+/// `num_ctx` is honoured: it caps the prompt and the generated tokens together.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(default)]
 pub struct Options {
@@ -73,6 +74,7 @@ pub struct Options {
     pub frequency_penalty: Option<f32>,
     pub seed: Option<i64>,
     pub num_predict: Option<i64>,
+    pub num_ctx: Option<i64>,
     pub stop: Option<Vec<String>>,
     pub typical_p: Option<f32>,
 }

@@ -244,7 +244,9 @@ pub async fn chat_completions(
             reasoning_content: m.reasoning_content.clone(),
         });
     }
-    let prompt = state.chat_prompt(API, &messages, &ChatOptions::default())?;
+    let prompt = state
+        .chat_prompt(API, messages, ChatOptions::default())
+        .await?;
     let job = job(&state, c, prompt, Endpoint::Chat)?;
     let with_logprobs = job.with_logprobs();
     let name = state.engine.model().name.clone();
@@ -364,7 +366,7 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
             "exactly one prompt is supported",
         ));
     };
-    let prompt = state.raw_prompt(API, prompt)?;
+    let prompt = state.raw_prompt(API, prompt.clone()).await?;
     let job = job(&state, c, prompt, Endpoint::Completions)?;
     let with_logprobs = job.with_logprobs();
     let name = state.engine.model().name.clone();

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::StatusCode;
+
 use mtp_core::engine::{CancelToken, GenerateRequest};
 use mtp_core::options::{DraftOverrides, LogprobsRequest};
 use mtp_core::sampling::SamplerOptions;
@@ -30,6 +32,11 @@ pub struct ServerConfig {
     pub draft: DraftOverrides,
     /// After a shutdown signal, how long in-flight requests may run before they are cancelled.
     pub shutdown_grace: Duration,
+    /// Connections open at once (more wait in the listen backlog).
+    pub max_connections: usize,
+    /// The longest wait for a request's headers, and between two pieces of its body; a client
+    /// slower than this is disconnected.
+    pub read_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +49,8 @@ impl Default for ServerConfig {
             request_timeout: None,
             draft: DraftOverrides::default(),
             shutdown_grace: Duration::from_secs(10),
+            max_connections: 512,
+            read_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -55,7 +64,12 @@ pub struct AppState {
     pub config: Arc<ServerConfig>,
     /// Set when the shutdown grace period is over: running requests are cancelled.
     pub shutdown: CancelToken,
+    /// Permits for prompt rendering and tokenization off the async threads.
+    tokenizing: Arc<tokio::sync::Semaphore>,
 }
+
+/// Prompts rendered and tokenized at once (the rest wait their turn).
+pub const TOKENIZING_AT_ONCE: usize = 2;
 
 impl AppState {
     /// A state over `engine` with `config`.
@@ -64,6 +78,7 @@ impl AppState {
             engine,
             config: Arc::new(config),
             shutdown: CancelToken::new(),
+            tokenizing: Arc::new(tokio::sync::Semaphore::new(TOKENIZING_AT_ONCE)),
         }
     }
 
@@ -77,33 +92,66 @@ impl AppState {
         }
     }
 
-    /// Prompt ids of a conversation rendered with the model's chat template.
-    pub fn chat_prompt(
+    /// Prompt ids of a conversation rendered with the model's chat template (rendered and
+    /// tokenized off the async threads: see [`Self::off_runtime`]).
+    pub async fn chat_prompt(
         &self,
         api: Api,
-        messages: &[ChatMessage],
-        options: &ChatOptions,
+        messages: Vec<ChatMessage>,
+        options: ChatOptions,
     ) -> Result<Vec<u32>, ApiError> {
-        let template = self
-            .engine
-            .chat_template()
-            .map_err(|e| ApiError::bad_request(api, e))?;
+        let engine = self.engine.clone();
         let ids = self
-            .engine
-            .tokenizer()
-            .encode_chat(template, messages, options)
-            .map_err(|e| ApiError::bad_request(api, e.to_string()))?;
+            .off_runtime(api, move || {
+                let template = engine
+                    .chat_template()
+                    .map_err(|e| ApiError::bad_request(api, e))?;
+                engine
+                    .tokenizer()
+                    .encode_chat(template, &messages, &options)
+                    .map_err(|e| ApiError::bad_request(api, e.to_string()))
+            })
+            .await?;
         self.check_prompt(api, ids)
     }
 
-    /// Prompt ids of raw text (BOS added as the tokenizer configuration says).
-    pub fn raw_prompt(&self, api: Api, text: &str) -> Result<Vec<u32>, ApiError> {
+    /// Prompt ids of raw text (BOS added as the tokenizer configuration says), tokenized off the
+    /// async threads.
+    pub async fn raw_prompt(&self, api: Api, text: String) -> Result<Vec<u32>, ApiError> {
+        let engine = self.engine.clone();
         let ids = self
-            .engine
-            .tokenizer()
-            .encode_prompt(text, PromptFormat::Raw)
-            .map_err(|e| ApiError::bad_request(api, e.to_string()))?;
+            .off_runtime(api, move || {
+                engine
+                    .tokenizer()
+                    .encode_prompt(&text, PromptFormat::Raw)
+                    .map_err(|e| ApiError::bad_request(api, e.to_string()))
+            })
+            .await?;
         self.check_prompt(api, ids)
+    }
+
+    /// Runs `work` (template rendering, tokenization: CPU work that grows with the body) on
+    /// tokio's blocking threads, at most [`TOKENIZING_AT_ONCE`] at a time, so that a few large
+    /// prompts never stall the streams the async threads are serving.
+    async fn off_runtime<T: Send + 'static>(
+        &self,
+        api: Api,
+        work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let _permit = self.tokenizing.acquire().await.map_err(|_| {
+            ApiError::new(
+                api,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is shutting down",
+            )
+        })?;
+        tokio::task::spawn_blocking(work).await.map_err(|e| {
+            ApiError::new(
+                api,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("tokenizing the prompt failed: {e}"),
+            )
+        })?
     }
 
     fn check_prompt(&self, api: Api, ids: Vec<u32>) -> Result<Vec<u32>, ApiError> {
@@ -186,7 +234,10 @@ impl AppState {
                 },
             },
             stop,
-            cancel: CancelToken::new(),
+            // Cancelled by the client going away, or by the end of the shutdown grace period
+            // (then a queued job is answered without starting, a running one stops at its next
+            // check, between prefill chunks included).
+            cancel: CancelToken::child_of(&self.shutdown),
             shutdown: self.shutdown.clone(),
             deadline: deadline(self.config.request_timeout),
         })

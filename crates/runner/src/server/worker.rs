@@ -1,4 +1,5 @@
-//! The worker thread that owns the backend and the models, and serves queued jobs one at a time.
+//! The worker thread that owns the backend and the models, and serves queued jobs one at a time
+//! or as a continuous batch.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -158,12 +159,14 @@ impl WorkerEngine {
             .recv()
             .map_err(|_| "the model worker stopped while loading")??;
         let template = tokenizer.chat_template().map_err(|e| e.to_string());
+        let facts = super::model_facts::model_facts(paths);
         let model = ModelInfo {
             name: options.name,
             max_context,
             drafter,
             backend,
-            size_bytes: weight_bytes(paths),
+            size_bytes: facts.size_bytes,
+            facts,
             loaded_at: SystemTime::now(),
             load_duration: started.elapsed(),
         };
@@ -176,17 +179,6 @@ impl WorkerEngine {
             depth,
         })
     }
-}
-
-fn weight_bytes(paths: &ModelPaths) -> u64 {
-    let dirs = std::iter::once(&paths.target).chain(paths.drafter.as_ref());
-    dirs.filter_map(|d| std::fs::read_dir(d).ok())
-        .flatten()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .sum()
 }
 
 #[async_trait]

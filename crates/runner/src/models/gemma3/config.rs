@@ -10,7 +10,9 @@ use serde::Deserialize;
 
 use crate::loading::gguf::{GgufError, GgufFile};
 use crate::loading::{LoadError, LoadResult};
-use crate::models::config::{rope_inv_freq, LayerType, RopeParameters, MAX_LAYERS};
+use crate::models::config::{
+    float_problem, rope_inv_freq, ConfigProblem, FloatRule, LayerType, RopeParameters, MAX_LAYERS,
+};
 
 fn d_vocab() -> usize {
     262_208
@@ -222,7 +224,11 @@ fn inv_freq(path: &Path, params: &RopeParameters, head_dim: usize) -> LoadResult
         partial_rotary_factor: None,
         factor: None,
     };
-    let freqs = rope_inv_freq(&base, head_dim).map_err(|_| invalid(path, "bad RoPE"))?;
+    let freqs = rope_inv_freq(&base, head_dim).map_err(|problem| match problem {
+        ConfigProblem::Invalid(reason) | ConfigProblem::Unsupported(reason) => {
+            invalid(path, format!("bad RoPE: {reason}"))
+        }
+    })?;
     match params.rope_type.as_str() {
         "default" => Ok(freqs),
         "linear" => {
@@ -374,6 +380,15 @@ impl Resolver<'_> {
         }
         if types.contains(&LayerType::Sliding) && self.window == 0 {
             return Err(invalid(path, "sliding layers but no sliding_window"));
+        }
+        let floats = [
+            ("rms_norm_eps", Some(self.eps), FloatRule::NotNegative),
+            ("final_logit_softcapping", self.softcap, FloatRule::Finite),
+        ];
+        for (name, value, rule) in floats {
+            if let Some(problem) = value.and_then(|v| float_problem(name, v, rule)) {
+                return Err(invalid(path, problem));
+            }
         }
         if !(self.query_pre_attn_scalar.is_finite() && self.query_pre_attn_scalar > 0.0) {
             return Err(invalid(
@@ -576,6 +591,49 @@ pub fn resolve_gguf(file: &GgufFile) -> LoadResult<Gemma3Resolved> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn non_finite_or_negative_floats_are_refused_by_name() {
+        let base = serde_json::json!({
+            "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"],
+            "head_dim": 8, "sliding_window": 4, "rope_theta": 1e6, "rope_local_base_freq": 1e4
+        });
+        let path = Path::new("config.json");
+        let config = |patch: serde_json::Value| -> Gemma3TextConfig {
+            let mut value = base.clone();
+            for (k, v) in patch.as_object().unwrap() {
+                value[k] = v.clone();
+            }
+            serde_json::from_value(value).unwrap()
+        };
+        assert!(config(serde_json::json!({})).resolve(path).is_ok());
+        for (patch, name) in [
+            (serde_json::json!({"rms_norm_eps": -1e-6}), "rms_norm_eps"),
+            (serde_json::json!({"rope_theta": -5.0}), "rope_theta"),
+            (
+                serde_json::json!({"rope_local_base_freq": 0.0}),
+                "rope_theta",
+            ),
+        ] {
+            let err = match config(patch.clone()).resolve(path) {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("{patch} was accepted"),
+            };
+            assert!(err.contains(name), "{patch}: {err}");
+        }
+        // JSON has no NaN or infinity; a GGUF's f32 metadata can hold them.
+        for value in [f64::NAN, f64::INFINITY] {
+            let mut c = config(serde_json::json!({}));
+            c.rms_norm_eps = value;
+            assert!(c.resolve(path).is_err(), "epsilon {value}");
+            let mut c = config(serde_json::json!({}));
+            c.final_logit_softcapping = Some(value);
+            assert!(c.resolve(path).is_err(), "softcap {value}");
+            let mut c = config(serde_json::json!({}));
+            c.rope_theta = Some(value);
+            assert!(c.resolve(path).is_err(), "rope base {value}");
+        }
+    }
 
     #[test]
     fn default_pattern_is_five_sliding_then_full() {
