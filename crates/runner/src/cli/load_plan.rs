@@ -71,11 +71,17 @@ pub fn prepare_load<B: Backend>(
         (None, false, false) => dtype.to_string(),
     };
     eprintln!(
-        "memory: {:.2} GiB of weights ({held}) + {:.2} GiB KV cache at {} positions{} = {:.2} GiB{shown}",
+        "memory: {:.2} GiB of weights ({held}) + {:.2} GiB KV cache at {} positions{} + {:.2} GiB \
+         prefill activations = {:.2} GiB{shown}",
         estimate.weights as f64 / GIB,
         estimate.kv_cache as f64 / GIB,
         estimate.context,
-        if sequences > 1 { format!(" x {sequences} sequences") } else { String::new() },
+        if sequences > 1 {
+            format!(" x {sequences} sequences")
+        } else {
+            String::new()
+        },
+        estimate.activations as f64 / GIB,
         needed as f64 / GIB,
     );
     if let Some(available) = available {

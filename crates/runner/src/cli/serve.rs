@@ -158,6 +158,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let backend_args: ModelArgs = args.model;
     let parallel = args.server.parallel;
     let load_paths = paths.clone();
+    // The running sequences hold their caches, and prefix reuse keeps up to as many ended
+    // requests' caches besides.
+    let cached_sequences = if args.server.no_prefix_reuse {
+        parallel
+    } else {
+        2 * parallel
+    };
     let worker = WorkerEngine::spawn(
         &paths,
         WorkerOptions {
@@ -176,14 +183,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         move |seat| match AnyBackend::open(&backend_args) {
             Err(e) => seat.fail(e.into()),
             // The memory check counts the KV cache at the model's whole context (the estimate
-            // clamps to it): any request may use all of it.
+            // clamps to it): any request may use all of it; one per running sequence and one
+            // per request kept for prefix reuse.
             Ok(backend) => with_backend!(backend, |b| {
                 match prepare_load(
                     &b,
                     &backend_args,
                     &load_paths,
                     draft_model.as_deref(),
-                    (usize::MAX, parallel),
+                    (usize::MAX, cached_sequences),
                 ) {
                     Err(e) => seat.fail(e.into()),
                     Ok(options) => seat.run(

@@ -2,6 +2,7 @@
 //! weights and the KV cache at a context will need (so that a model too large for the machine
 //! is refused before it is read, not after the machine starts swapping).
 
+use mtp_core::engine::PREFILL_CHUNK;
 use std::path::Path;
 
 use mtp_core::{Backend, DType};
@@ -44,13 +45,34 @@ pub struct MemoryEstimate {
     pub kv_cache: u64,
     /// The context the KV cache is sized for.
     pub context: usize,
+    /// The largest transient buffers of one prefill chunk (see [`prefill_activation_bytes`]).
+    pub activations: u64,
 }
 
 impl MemoryEstimate {
-    /// Weights and KV cache together.
+    /// Weights, KV cache and prefill activations together.
     pub fn total(&self) -> u64 {
-        self.weights.saturating_add(self.kv_cache)
+        self.weights
+            .saturating_add(self.kv_cache)
+            .saturating_add(self.activations)
     }
+}
+
+/// The largest transient buffers of one prefill forward of [`PREFILL_CHUNK`] tokens at a
+/// context of `context` positions, in `f32`: the attention scores and their softmax
+/// (`heads × chunk × context`, twice) and the chunk's MLP and hidden rows. The prompt goes
+/// through the target a chunk at a time, so this does not grow with the prompt beyond the
+/// context the scores span.
+pub fn prefill_activation_bytes(
+    heads: usize,
+    hidden: usize,
+    intermediate: usize,
+    context: usize,
+) -> u64 {
+    let chunk = PREFILL_CHUNK.min(context.max(1)) as u64;
+    let scores = 2 * heads as u64 * chunk * context as u64;
+    let rows = chunk * (3 * intermediate as u64 + 6 * hidden as u64);
+    scores.saturating_add(rows).saturating_mul(4)
 }
 
 /// The bytes of the tensors of `dir` as `options` loads them, without the multimodal towers:
@@ -153,6 +175,12 @@ pub fn estimate_memory(
             weights: gguf_weight_bytes(&file, options).saturating_add(drafter_bytes),
             kv_cache: kv_bytes(layers, config.sliding_window, context, dtype),
             context,
+            activations: prefill_activation_bytes(
+                config.heads,
+                config.hidden_size,
+                config.intermediate_size,
+                context,
+            ),
         });
     }
     let config_path = target.join("config.json");
@@ -167,6 +195,12 @@ pub fn estimate_memory(
             weights: weight_bytes(target, options)?.saturating_add(drafter_bytes),
             kv_cache: kv_bytes(layers, config.sliding_window, context, dtype),
             context,
+            activations: prefill_activation_bytes(
+                config.heads,
+                config.hidden_size,
+                config.intermediate_size,
+                context,
+            ),
         });
     }
     let resolved = read_target_config(&config_path)?;
@@ -181,6 +215,12 @@ pub fn estimate_memory(
         weights,
         kv_cache: kv_bytes(layers, resolved.config.sliding_window, context, dtype),
         context,
+        activations: prefill_activation_bytes(
+            resolved.config.num_attention_heads,
+            resolved.config.hidden_size,
+            resolved.config.intermediate_size,
+            context,
+        ),
     })
 }
 
