@@ -161,3 +161,77 @@ fn large_prompts_from_other_clients_do_not_stall_a_stream() {
         "a gap of {worst:?} against a median of {median:?}"
     );
 }
+
+/// Clients that send bodies of random sizes in random pieces at random pace, and hang up at
+/// random points: every complete answer is a 2xx or 4xx, never a 5xx, and the server answers a
+/// plain request afterwards. Bounded: 24 clients, bodies up to 512 KiB, pauses up to 40 ms.
+#[test]
+fn random_sizes_paces_and_hang_ups_never_break_the_server() {
+    let addr = spawn_server(ServerConfig {
+        read_timeout: Duration::from_secs(2),
+        max_tokens: 4,
+        ..ServerConfig::default()
+    });
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |bound: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % bound.max(1)
+    };
+    let clients: Vec<std::thread::JoinHandle<Option<String>>> = (0..24)
+        .map(|_| {
+            let words = 1 + next(32 * 1024) as usize;
+            let pieces = 1 + next(8) as usize;
+            let pause = Duration::from_millis(next(40));
+            let hang_up_at = next(3); // 0: hang up midway, else send everything
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let body =
+                    json!({"model": NAME, "prompt": "a b c d e f g h ".repeat(words / 8 + 1),
+                                  "raw": true, "stream": false,
+                                  "options": {"temperature": 0, "num_predict": 2}})
+                    .to_string();
+                let head = format!(
+                    "POST /api/generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let mut tcp = TcpStream::connect(&addr).ok()?;
+                tcp.set_read_timeout(Some(Duration::from_secs(60))).ok()?;
+                tcp.write_all(head.as_bytes()).ok()?;
+                let piece = body.len().div_ceil(pieces);
+                for (i, chunk) in body.as_bytes().chunks(piece).enumerate() {
+                    if hang_up_at == 0 && i * 2 >= pieces {
+                        return None; // dropped: the connection closes mid-body
+                    }
+                    tcp.write_all(chunk).ok()?;
+                    std::thread::sleep(pause);
+                }
+                let mut text = String::new();
+                tcp.read_to_string(&mut text).ok()?;
+                Some(text)
+            })
+        })
+        .collect();
+    for client in clients {
+        if let Some(text) = client.join().unwrap() {
+            let status = text.split_whitespace().nth(1).unwrap_or("");
+            assert!(
+                status.starts_with('2') || status.starts_with('4'),
+                "status {status}: {}",
+                text.chars().take(300).collect::<String>()
+            );
+        }
+    }
+    let mut tcp = TcpStream::connect(&addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        tcp,
+        "GET /api/version HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+}
