@@ -328,14 +328,19 @@ fn long_prompt_request() -> GenerateRequest {
     r
 }
 
+/// The tiny target with a context that holds [`long_prompt_request`].
+fn long_context_target() -> mtp_core::testing::TinyTarget<B> {
+    target(TinyConfig {
+        max_context: 2048,
+        ..TinyConfig::default()
+    })
+}
+
 #[test]
 fn a_prompt_longer_than_a_chunk_prefills_in_chunks_as_in_one_forward() {
     use mtp_core::Backend;
     let b = B::default();
-    let t = target(TinyConfig {
-        max_context: 2048,
-        ..TinyConfig::default()
-    });
+    let t = long_context_target();
     let req = long_prompt_request();
     // The oracle: the whole prompt in one forward, the first token its last row's argmax.
     let mut caches = t.new_caches(&b).expect("caches");
@@ -361,10 +366,7 @@ fn a_prompt_longer_than_a_chunk_prefills_in_chunks_as_in_one_forward() {
 #[test]
 fn cancellation_stops_a_long_prefill_within_one_chunk() {
     let b = B::default();
-    let t = target(TinyConfig {
-        max_context: 2048,
-        ..TinyConfig::default()
-    });
+    let t = long_context_target();
     let req = long_prompt_request();
     let cancel = CancelToken::new();
     cancel.cancel();

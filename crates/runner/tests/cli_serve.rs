@@ -3,28 +3,12 @@
 
 mod cli_common;
 mod gguf_support;
+mod server_support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::process::Stdio;
-use std::time::Duration;
 
-fn http_get(addr: &str, path: &str) -> String {
-    http_get_with(addr, path, "")
-}
-
-/// A GET with extra header lines (each ending in `\r\n`).
-fn http_get_with(addr: &str, path: &str, headers: &str) -> String {
-    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        tcp,
-        "GET {path} HTTP/1.1\r\nhost: x\r\n{headers}connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    tcp.read_to_string(&mut text).unwrap();
-    text
-}
+use server_support::{http_get, http_get_with};
 
 /// A running `mtp serve`: the child and its stderr, kept open (a closed pipe would kill the
 /// server with SIGPIPE at its next log line).

@@ -32,8 +32,8 @@ use runner::{ModelPaths, Pipeline, PromptFormat};
 
 /// |our logit − llama.cpp's| for llama.cpp's top-5 tokens, at every position of the 10 recorded
 /// prompts and continuations (logits are about 15..30 here). Measured on candle-cpu: see
-/// [`matches_llama_cpp`]. This bounds today's agreement; it is not the goal (issue 15 asks
-/// for greedy continuations identical on 90 % of the prompts, which is not reached yet). For
+/// [`matches_llama_cpp`]. This bounds today's agreement; it is not the goal (the target is
+/// greedy continuations identical on 90 % of the prompts, which is not reached yet). For
 /// scale: HF transformers on the same file, dequantized, is up to 3.1 from llama.cpp's logits
 /// and greedy-identical to it on 7/10 prompts, while our dequantized model is within 1e-4 of HF
 /// ([`dequantized_matches_hf_transformers`]). With Q8_0 / Q5_0 in the interleaved layout (one
@@ -49,7 +49,7 @@ const FLIP_MARGIN: f32 = 1.0;
 /// every flip at a llama.cpp margin ≤ 0.61 (most below 0.2). Per-row layout: 4 identical,
 /// within 2.41, 588/613, margins ≤ 0.81. With Q4_K / Q6_K interleaved too (one integer sum per
 /// block, ggml's reference order): 5 identical, within 3.48, 584/613, margins ≤ 0.81.
-/// Tried (session 28, not kept): rounding q, k and v to f16 (llama.cpp keeps K and V in an f16
+/// Tried and not kept: rounding q, k and v to f16 (llama.cpp keeps K and V in an f16
 /// cache, and ggml's f16 matmul converts its f32 operand, the queries, to f16): worst 3.48 → 2.66
 /// (rows layout 2.82), top-1 585/613 (rows 593/613), still 4/10 identical. The flips sit at
 /// llama.cpp margins down to 0.002; not tried: f16 softmax probabilities (ggml's `V × KQ`),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use runner::server::{self, AppState, ServerConfig};
 use serde_json::json;
-use server_support::{worker, NAME};
+use server_support::{http_get, worker, NAME};
 
 /// A server on a free local port with `config`, on its own runtime thread; its address.
 fn spawn_server(config: ServerConfig) -> String {
@@ -96,15 +96,7 @@ fn slow_and_half_open_clients_are_disconnected() {
     // The cap: with 4 connections held open, a fifth waits; once they close it is served.
     let held: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(&addr).unwrap()).collect();
     drop(held);
-    let mut tcp = TcpStream::connect(&addr).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        tcp,
-        "GET /api/version HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    tcp.read_to_string(&mut text).unwrap();
+    let text = http_get(&addr, "/api/version");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
 }
 
@@ -224,14 +216,6 @@ fn random_sizes_paces_and_hang_ups_never_break_the_server() {
             );
         }
     }
-    let mut tcp = TcpStream::connect(&addr).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        tcp,
-        "GET /api/version HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    tcp.read_to_string(&mut text).unwrap();
+    let text = http_get(&addr, "/api/version");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
 }

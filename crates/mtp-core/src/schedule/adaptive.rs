@@ -23,8 +23,8 @@ const REACH_PAST_FRONTIER: usize = 4;
 /// `L / (PROBE_BUDGET × cost(best))` rounds after the last one, so a controller that keeps
 /// checking a losing depth (drafting that cannot pay, say) stays within about 1 % of the best.
 const PROBE_BUDGET: f64 = 0.01;
-/// A probe whose round came in cheaper than its depth's estimate by more than this share
-/// (after the update) is probed again at the same interval: its cost is still being found.
+/// A probe whose round lowered its depth's cost estimate by more than this share is probed
+/// again at the same interval: that cost is still being found.
 const PROBE_COST_FALL: f64 = 0.03;
 /// Standard errors added to each acceptance rate for the optimistic score that decides the
 /// probe backoff: a probed depth that would beat the best at these rates is probed again at the
@@ -54,8 +54,8 @@ const CONFIDENCE_Z: f64 = 2.0;
 /// (`CostModel::estimates`) until it is played, and played when that line makes it the best
 /// (which measures it), one depth past the deepest measured at a time, so a guess never leaps
 /// far. Until position 1's acceptance is trusted its few samples lean towards ½ (see
-/// `AcceptanceModel`): two lucky first rounds do not read as certain acceptance. Afterwards the controller plays the best depth and probes one round
-/// now and then, alternately above it (`best + 1`, within `R`; 2 from depth 0: the first draft
+/// `AcceptanceModel`): two lucky first rounds do not read as certain acceptance. Afterwards
+/// the controller plays the best depth and probes one round now and then, alternately above it (`best + 1`, within `R`; 2 from depth 0: the first draft
 /// carries the fixed cost of drafting, so a pair where only two drafts pay is still found) and
 /// below it (`best − 1`, which keeps the neighbour's cost fresh and plain decode's when the
 /// best is 1). The interval starts at 4 and resets to 4 when the choice changes. After a probe
@@ -68,9 +68,9 @@ const CONFIDENCE_Z: f64 = 2.0;
 /// decoding over a single 64–512-token generation (`tests/schedule_simulation.rs`; measured
 /// runs in BENCHMARKS.md). Probes go one depth above the best, or below it: to `best − 1` and,
 /// from a best of 2 or more, every other time to plain decoding, whose cost is what drafting
-/// must beat (a first estimate taken in cold rounds is corrected: a probe that comes in more
-/// than 3 % cheaper than its estimate keeps the interval). When drafting does not pay the controller settles
-/// on 0 and spends at most one round in 256 re-checking depth 2.
+/// must beat (a first estimate taken in cold rounds is corrected: a probe that lowers its
+/// depth's estimate by more than 3 % keeps the interval). When drafting does not pay the
+/// controller settles on 0 and spends at most one round in 256 re-checking depth 2.
 ///
 /// **Proposers that draft what they have.** Prompt lookup offers only the copies it finds:
 /// asked for `N`, it drafts `D = min(N, A)` with `A` its offer (often 0). The controller learns

@@ -217,8 +217,9 @@ struct Cost {
 /// **Per depth.** A depth's first base is the minimum of its first [`COST_MIN_SAMPLES`]
 /// samples. Up to its fifth sample a base is the running mean from there; after that each
 /// sample `x` (as `time ÷ load`) moves it by `0.2·clamp(x − c, ±25 % of c)` (at most 5 %;
-/// symmetric, so that the depth played most is not the one that looks cheapest). A round slower than 1.5 × `load × base` is taken for a host stall and
-/// ignored, unless three come in a row (then the cost really changed). An unmeasured depth is
+/// symmetric, so that the depth played most is not the one that looks cheapest). A round
+/// slower than 1.5 × `load × base` is taken for a host stall and ignored, unless three come in
+/// a row (then the cost really changed). An unmeasured depth is
 /// judged by [`estimates`](Self::estimates)' straight line through the measured ones.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) struct CostModel {

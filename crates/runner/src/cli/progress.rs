@@ -30,7 +30,7 @@ const TENSOR_BAR: &str = "{spinner} {msg} [{bar:30}] {pos}/{len} tensors ({elaps
 /// The loading spinner (hidden when stderr is not a terminal).
 pub struct LoadProgress {
     bar: Option<ProgressBar>,
-    /// Whether the bar currently counts tensors.
+    /// Whether the display currently counts tensors.
     counting: bool,
 }
 
@@ -58,7 +58,7 @@ impl LoadProgress {
         }
     }
 
-    /// Show the stage that starts now (or, for tensor counts, move the bar).
+    /// Show the stage that starts now (or, for tensor counts, advance the count).
     pub fn stage(&mut self, stage: LoadStage) {
         if let LoadStage::TargetTensors { done, total } = stage {
             if let Some(bar) = &self.bar {

@@ -27,9 +27,8 @@ pub struct ModelInfo {
     pub drafter: bool,
     /// The backend's name.
     pub backend: String,
-    /// Bytes of the weight files of the pair.
-    pub size_bytes: u64,
-    /// What the target model is: family, format, parameters, quantization.
+    /// What the target model is: family, format, size of the pair's weight files, parameters,
+    /// quantization.
     pub facts: super::model_facts::ModelFacts,
     /// When the server loaded the pair.
     pub loaded_at: std::time::SystemTime,

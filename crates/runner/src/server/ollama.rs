@@ -131,7 +131,7 @@ fn metrics(done: &Finished, total: Duration) -> Metrics {
 /// `POST /api/generate`.
 pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let started = std::time::Instant::now();
-    let body: GenerateBody = parse(API, &body)?;
+    let mut body: GenerateBody = parse(API, &body)?;
     state.check_model(API, &body.model)?;
     refuse_unsupported(&body.format, &body.think)?;
     let logprobs = top_logprobs(API, body.logprobs, Some(body.top_logprobs))?;
@@ -174,7 +174,9 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Resp
     }
     let options = body.options.clone().unwrap_or_default();
     let prompt = if body.raw || state.engine.chat_template().is_err() {
-        state.raw_prompt(API, body.prompt.clone()).await?
+        state
+            .raw_prompt(API, std::mem::take(&mut body.prompt))
+            .await?
     } else {
         let mut messages = Vec::new();
         if let Some(system) = body.system.as_deref().filter(|s| !s.is_empty()) {
@@ -388,7 +390,7 @@ fn digest(state: &AppState) -> String {
     use std::hash::{Hash, Hasher};
     let model = state.engine.model();
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (&model.name, model.size_bytes, model.max_context).hash(&mut h);
+    (&model.name, model.facts.size_bytes, model.max_context).hash(&mut h);
     format!("{:016x}", h.finish())
 }
 
@@ -404,7 +406,7 @@ pub async fn tags(State(state): State<AppState>) -> Json<serde_json::Value> {
         name: model.name.clone(),
         model: model.name.clone(),
         modified_at: modified_at(&state),
-        size: model.size_bytes,
+        size: model.facts.size_bytes,
         digest: digest(&state),
         details: details(&state),
     };
@@ -417,7 +419,7 @@ pub async fn ps(State(state): State<AppState>) -> Json<serde_json::Value> {
     let entry = RunningModel {
         name: model.name.clone(),
         model: model.name.clone(),
-        size: model.size_bytes,
+        size: model.facts.size_bytes,
         digest: digest(&state),
         details: details(&state),
         // Loaded for the server's lifetime.

@@ -359,14 +359,14 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
     if body.best_of.is_some_and(|b| b != 1) {
         return Err(ApiError::bad_request(API, "only best_of = 1 is supported"));
     }
-    let prompts = body.prompt.clone().into_vec();
-    let [prompt] = prompts.as_slice() else {
+    let prompts = body.prompt.into_vec();
+    let Ok::<[String; 1], _>([prompt]) = prompts.try_into() else {
         return Err(ApiError::bad_request(
             API,
             "exactly one prompt is supported",
         ));
     };
-    let prompt = state.raw_prompt(API, prompt.clone()).await?;
+    let prompt = state.raw_prompt(API, prompt).await?;
     let job = job(&state, c, prompt, Endpoint::Completions)?;
     let with_logprobs = job.with_logprobs();
     let name = state.engine.model().name.clone();

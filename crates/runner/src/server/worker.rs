@@ -165,7 +165,6 @@ impl WorkerEngine {
             max_context,
             drafter,
             backend,
-            size_bytes: facts.size_bytes,
             facts,
             loaded_at: SystemTime::now(),
             load_duration: started.elapsed(),

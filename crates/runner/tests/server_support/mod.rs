@@ -80,3 +80,25 @@ pub async fn call(
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8(bytes.to_vec()).unwrap())
 }
+
+/// `GET path` over a new TCP connection to `addr` with extra header lines (each ending in
+/// `\r\n`): the whole answer as text (status line, headers, body).
+pub fn http_get_with(addr: &str, path: &str, headers: &str) -> String {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        tcp,
+        "GET {path} HTTP/1.1\r\nhost: x\r\n{headers}connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// `GET path` over a new TCP connection to `addr`.
+pub fn http_get(addr: &str, path: &str) -> String {
+    http_get_with(addr, path, "")
+}

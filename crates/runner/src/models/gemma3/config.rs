@@ -384,17 +384,16 @@ impl Resolver<'_> {
         let floats = [
             ("rms_norm_eps", Some(self.eps), FloatRule::NotNegative),
             ("final_logit_softcapping", self.softcap, FloatRule::Finite),
+            (
+                "query_pre_attn_scalar",
+                Some(self.query_pre_attn_scalar),
+                FloatRule::Positive,
+            ),
         ];
         for (name, value, rule) in floats {
             if let Some(problem) = value.and_then(|v| float_problem(name, v, rule)) {
                 return Err(invalid(path, problem));
             }
-        }
-        if !(self.query_pre_attn_scalar.is_finite() && self.query_pre_attn_scalar > 0.0) {
-            return Err(invalid(
-                path,
-                format!("query_pre_attn_scalar {}", self.query_pre_attn_scalar),
-            ));
         }
         let mut freqs = BTreeMap::new();
         for (layer_type, params) in rope {
@@ -613,6 +612,10 @@ mod tests {
             (
                 serde_json::json!({"rope_local_base_freq": 0.0}),
                 "rope_theta",
+            ),
+            (
+                serde_json::json!({"query_pre_attn_scalar": 0.0}),
+                "query_pre_attn_scalar",
             ),
         ] {
             let err = match config(patch.clone()).resolve(path) {
