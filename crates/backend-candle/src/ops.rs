@@ -16,24 +16,36 @@ use crate::row_scan;
 
 // ---------------------------------------------------------------------------------- dtypes
 
-/// The candle dtype of an mtp-core dtype (all five exist in candle 0.11).
-pub(crate) fn to_candle(dtype: DType) -> CDType {
+/// Whether `device` holds mtp-core's `I32` arrays as candle `I64`: candle 0.11 builds no `i32`
+/// CUDA kernels (fill, cast, binary, where, reduce and index kernels exist for `u32` and `i64`
+/// only), so on CUDA an `I32` array is stored widened. Values stay in `i32` range as long as the
+/// arithmetic on them does (an overflow is not wrapped at 32 bits there; reading such a value
+/// back is an error).
+pub(crate) fn i32_held_as_i64(device: &Device) -> bool {
+    device.is_cuda()
+}
+
+/// The candle dtype an array of `dtype` is held in on `device` (all five exist in candle 0.11;
+/// see [`i32_held_as_i64`]).
+pub(crate) fn to_candle(dtype: DType, device: &Device) -> CDType {
     match dtype {
         DType::F32 => CDType::F32,
         DType::F16 => CDType::F16,
         DType::BF16 => CDType::BF16,
+        DType::I32 if i32_held_as_i64(device) => CDType::I64,
         DType::I32 => CDType::I32,
         DType::U32 => CDType::U32,
     }
 }
 
-/// The mtp-core dtype of a candle dtype, or [`CandleError::UnsupportedDType`].
-pub(crate) fn from_candle(op: &'static str, dtype: CDType) -> Result<DType> {
+/// The mtp-core dtype of a candle dtype on `device`, or [`CandleError::UnsupportedDType`].
+pub(crate) fn from_candle(op: &'static str, dtype: CDType, device: &Device) -> Result<DType> {
     match dtype {
         CDType::F32 => Ok(DType::F32),
         CDType::F16 => Ok(DType::F16),
         CDType::BF16 => Ok(DType::BF16),
         CDType::I32 => Ok(DType::I32),
+        CDType::I64 if i32_held_as_i64(device) => Ok(DType::I32),
         CDType::U32 => Ok(DType::U32),
         other => Err(CandleError::UnsupportedDType { op, dtype: other }),
     }
@@ -41,7 +53,7 @@ pub(crate) fn from_candle(op: &'static str, dtype: CDType) -> Result<DType> {
 
 /// The dtype of `x`, checked.
 pub(crate) fn dtype_of(op: &'static str, x: &Tensor) -> Result<DType> {
-    from_candle(op, x.dtype())
+    from_candle(op, x.dtype(), x.device())
 }
 
 /// The dtype of `x`, which must be a float dtype.
@@ -162,6 +174,7 @@ fn scalar(value: f64, dtype: CDType, device: &Device) -> Result<Tensor> {
         CDType::F16 => Tensor::new(f16::from_f64(value), device)?,
         CDType::BF16 => Tensor::new(bf16::from_f64(value), device)?,
         CDType::I32 => Tensor::new(value as i32, device)?,
+        CDType::I64 => Tensor::new(value as i64, device)?,
         CDType::U32 => Tensor::new(value as u32, device)?,
         _ => Tensor::new(value as f32, device)?.to_dtype(dtype)?,
     };
@@ -188,7 +201,7 @@ pub(crate) fn from_f32(
     if dtype == DType::F32 {
         Ok(t)
     } else {
-        Ok(t.to_dtype(to_candle(dtype))?)
+        Ok(t.to_dtype(to_candle(dtype, device))?)
     }
 }
 
@@ -202,11 +215,11 @@ pub(crate) fn from_le_bytes(
     dtype: DType,
 ) -> Result<Tensor> {
     check_le_source("from_le_bytes", bytes.len(), src, shape, dtype)?;
-    let t = Tensor::from_raw_buffer(bytes, to_candle(src), shape, device)?;
+    let t = Tensor::from_raw_buffer(bytes, to_candle(src, device), shape, device)?;
     if src == dtype {
         Ok(t)
     } else {
-        Ok(t.to_dtype(to_candle(dtype))?)
+        Ok(t.to_dtype(to_candle(dtype, device))?)
     }
 }
 
@@ -217,6 +230,10 @@ pub(crate) fn from_u32(device: &Device, data: &[u32], shape: &[usize]) -> Result
 
 pub(crate) fn from_i32(device: &Device, data: &[i32], shape: &[usize]) -> Result<Tensor> {
     check_len("from_i32", data.len(), shape)?;
+    if i32_held_as_i64(device) {
+        let wide: Vec<i64> = data.iter().map(|&v| i64::from(v)).collect();
+        return Ok(Tensor::from_vec(wide, shape.to_vec(), device)?);
+    }
     Ok(Tensor::from_slice(data, shape.to_vec(), device)?)
 }
 
@@ -230,7 +247,11 @@ pub(crate) fn full(device: &Device, shape: &[usize], value: f32, dtype: DType) -
         DType::BF16 => Tensor::full(bf16::from_f32(value), shape, device)?,
         DType::I32 => {
             let v = i32::try_from(float_to_int(OP, dtype, f64::from(value))?).unwrap_or(i32::MAX);
-            Tensor::full(v, shape, device)?
+            if i32_held_as_i64(device) {
+                Tensor::full(i64::from(v), shape, device)?
+            } else {
+                Tensor::full(v, shape, device)?
+            }
         }
         DType::U32 => {
             let v = u32::try_from(float_to_int(OP, dtype, f64::from(value))?).unwrap_or(u32::MAX);
@@ -241,13 +262,34 @@ pub(crate) fn full(device: &Device, shape: &[usize], value: f32, dtype: DType) -
 }
 
 pub(crate) fn to_vec_f32(x: &Tensor) -> Result<Vec<f32>> {
+    if x.elem_count() == 0 {
+        // No kernel launch for nothing (a CUDA launch of zero blocks is an invalid argument).
+        return Ok(Vec::new());
+    }
     Ok(x.to_dtype(CDType::F32)?.flatten_all()?.to_vec1::<f32>()?)
 }
 
 pub(crate) fn to_vec_u32(x: &Tensor) -> Result<Vec<u32>> {
     const OP: &str = "to_vec_u32";
-    match dtype_of(OP, x)? {
+    let dtype = dtype_of(OP, x)?;
+    if x.elem_count() == 0 {
+        return Ok(Vec::new());
+    }
+    match dtype {
         DType::U32 => Ok(x.flatten_all()?.to_vec1::<u32>()?),
+        DType::I32 if x.dtype() == CDType::I64 => {
+            let wide = x.flatten_all()?.to_vec1::<i64>()?;
+            let narrow = wide
+                .into_iter()
+                .map(|v| {
+                    i32::try_from(v).map_err(|_| CoreError::InvalidArgument {
+                        op: OP,
+                        message: format!("{v} is outside the i32 range"),
+                    })
+                })
+                .collect::<std::result::Result<Vec<i32>, CoreError>>()?;
+            Ok(i32s_as_u32s(OP, narrow)?)
+        }
         DType::I32 => Ok(i32s_as_u32s(OP, x.flatten_all()?.to_vec1::<i32>()?)?),
         other => Err(CoreError::DTypeMismatch {
             op: OP,
@@ -260,9 +302,19 @@ pub(crate) fn to_vec_u32(x: &Tensor) -> Result<Vec<u32>> {
 
 pub(crate) fn cast(x: &Tensor, dtype: DType) -> Result<Tensor> {
     dtype_of("cast", x)?;
-    let target = to_candle(dtype);
+    let target = to_candle(dtype, x.device());
     if x.dtype() == target {
         return Ok(x.clone());
+    }
+    if x.elem_count() == 0 {
+        return Ok(Tensor::zeros(x.dims(), target, x.device())?);
+    }
+    let half = |d: CDType| matches!(d, CDType::F16 | CDType::BF16);
+    if (x.dtype() == CDType::I64 && half(target)) || (half(x.dtype()) && target == CDType::I64) {
+        // candle has no CUDA kernel between i64 and f16/bf16 (an I32 held as I64, see
+        // `i32_held_as_i64`): through f32, which holds every half value exactly (an integer
+        // beyond 2^24 is rounded twice, to f32 and then to the half type).
+        return Ok(x.to_dtype(CDType::F32)?.to_dtype(target)?);
     }
     Ok(x.to_dtype(target)?)
 }
@@ -354,9 +406,10 @@ fn check_int_division(a: &Tensor, b: &Tensor) -> Result<()> {
     }
     let device = b.device();
     let mut bad = b.eq(&scalar(0.0, b.dtype(), device)?.broadcast_as(b.dims())?)?;
-    if b.dtype() == CDType::I32 {
-        let min = scalar(f64::from(i32::MIN), CDType::I32, device)?.broadcast_as(a.dims())?;
-        let minus_one = scalar(-1.0, CDType::I32, device)?.broadcast_as(b.dims())?;
+    if matches!(b.dtype(), CDType::I32 | CDType::I64) {
+        // i32::MIN / -1 overflows i32 (and leaves i32 range where I32 is held as I64).
+        let min = scalar(f64::from(i32::MIN), b.dtype(), device)?.broadcast_as(a.dims())?;
+        let minus_one = scalar(-1.0, b.dtype(), device)?.broadcast_as(b.dims())?;
         let overflow = a.eq(&min)?.mul(&b.eq(&minus_one)?)?;
         bad = bad.maximum(&overflow)?;
     }
@@ -506,6 +559,25 @@ pub(crate) fn reduce(x: &Tensor, axis: usize, op: ReduceOp) -> Result<Tensor> {
     }
 }
 
+/// The first index of the largest element along `axis` (axis kept), for devices whose argmax
+/// kernel is a parallel reduction that may return any index of a tie (CUDA): every position
+/// equal to the maximum keeps its index, the others the axis length, and the smallest wins.
+pub(crate) fn first_max_index(x: &Tensor, axis: usize) -> Result<Tensor> {
+    let size = x.dims()[axis];
+    let hits = x.broadcast_eq(&x.max_keepdim(axis)?)?;
+    let mut index_shape = vec![1; x.rank()];
+    index_shape[axis] = size;
+    let size_u32 = u32::try_from(size).map_err(|_| CoreError::InvalidArgument {
+        op: "argmax",
+        message: format!("axis of {size} elements is longer than u32 indices reach"),
+    })?;
+    let indices = Tensor::arange(0u32, size_u32, x.device())?
+        .reshape(index_shape)?
+        .broadcast_as(x.dims())?;
+    let past_end = scalar(f64::from(size_u32), CDType::U32, x.device())?.broadcast_as(x.dims())?;
+    Ok(hits.where_cond(&indices, &past_end)?.min_keepdim(axis)?)
+}
+
 pub(crate) fn argmax(x: &Tensor, axis: usize) -> Result<Tensor> {
     const OP: &str = "argmax";
     let dtype = dtype_of(OP, x)?;
@@ -532,6 +604,9 @@ pub(crate) fn argmax(x: &Tensor, axis: usize) -> Result<Tensor> {
     } else {
         x.clone()
     };
+    if !x.device().is_cpu() {
+        return first_max_index(&x, axis);
+    }
     let idx = x.argmax_keepdim(axis)?;
     if idx.dtype() == CDType::U32 {
         Ok(idx)

@@ -203,7 +203,7 @@ impl CandleQuantWeight {
             Kernel::Blocks(q) => q.embedding(ids)?,
             Kernel::Dense(w) => ops::embedding(w, ids)?,
         };
-        Ok(rows.to_dtype(to_candle(dtype))?)
+        Ok(rows.to_dtype(to_candle(dtype, rows.device()))?)
     }
 
     /// Rows `ids` decoded on the host (only those rows, the bits mtp-core's exact decoders

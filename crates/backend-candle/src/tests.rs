@@ -655,3 +655,45 @@ fn from_le_bytes_matches_the_reference_decode() -> TestResult {
         .is_err());
     Ok(())
 }
+
+/// The GPU path of `argmax` (the smallest index equal to the maximum; candle's CUDA argmax may
+/// return any index of a tie) agrees with the CPU path on ties, along every axis and in half
+/// precision; it runs on the CPU here.
+#[test]
+fn first_max_index_keeps_the_first_of_tied_maxima() -> TestResult {
+    let c = cb();
+    let data = [1.0, 3.0, 3.0, 0.0, 3.0, 2.0, 2.0, 2.0, -1.0, 5.0, 5.0, 4.0];
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let x = c.from_f32(&data, &[3, 4], dtype)?;
+        for axis in 0..2 {
+            let want = c.to_vec_u32(&c.argmax(&x, axis)?)?;
+            let got = crate::ops::first_max_index(&x, axis)?;
+            assert_eq!(
+                got.dims(),
+                c.argmax(&x, axis)?.dims(),
+                "{dtype} axis {axis}"
+            );
+            assert_eq!(c.to_vec_u32(&got)?, want, "{dtype} axis {axis}");
+        }
+    }
+    let row = c.from_f32(&[2.0, 7.0, 7.0, 7.0], &[4], DType::F32)?;
+    assert_eq!(
+        c.to_vec_u32(&crate::ops::first_max_index(&row, 0)?)?,
+        vec![1]
+    );
+    Ok(())
+}
+
+/// Empty arrays are read and cast without a kernel launch (CUDA refuses a launch of zero
+/// blocks), and keep their shape.
+#[test]
+fn empty_arrays_read_and_cast() -> TestResult {
+    let c = cb();
+    let x = c.from_f32(&[1.0, 2.0, 3.0], &[3], DType::F16)?;
+    let empty = c.slice(&x, 0, 3, 0)?;
+    assert!(c.to_vec_f32(&empty)?.is_empty());
+    let cast = c.cast(&empty, DType::I32)?;
+    assert_eq!(c.shape(&cast), vec![0]);
+    assert!(c.to_vec_u32(&cast)?.is_empty());
+    Ok(())
+}

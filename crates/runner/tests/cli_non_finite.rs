@@ -60,14 +60,15 @@ fn nan_weights_fail_clearly_in_every_mode() {
 
 /// A NaN that reaches a quantized product (the 8-bit activation quantizer rounds a NaN to 0, as
 /// ggml's does) still stops the run: a NaN norm weight, with the projections after it quantized
-/// at load, on the quantized kernels (candle) and the exact dequantization (reference).
+/// at load, on the quantized kernels (candle) and the exact dequantization (reference), with
+/// activations in f32 and in half precision.
 #[test]
 fn nan_before_a_quantized_product_fails_clearly() {
     let case = Case::named("copy_drafter");
     let target = copy_dir(&case.target());
     poison(target.path(), "model.layers.0.input_layernorm.weight");
     for backend in ["reference", "candle"] {
-        for scheme in ["q8", "q4"] {
+        for (scheme, dtype) in [("q8", "f32"), ("q4", "f32"), ("q8", "f16"), ("q4", "bf16")] {
             let mut cmd = mtp();
             cmd.args([
                 "generate",
@@ -75,6 +76,8 @@ fn nan_before_a_quantized_product_fails_clearly() {
                 backend,
                 "--quantize",
                 scheme,
+                "--dtype",
+                dtype,
                 "--model",
             ])
             .arg(target.path())

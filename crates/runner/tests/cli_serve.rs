@@ -50,9 +50,10 @@ fn spawn_serve(args: &[&str], envs: &[(&str, &str)]) -> (Served, String) {
     )
 }
 
-/// SIGTERM the server and check that it exits 0.
-fn stop(served: Served) {
+/// SIGTERM the server and check that it exits 0; how long it took to exit.
+fn stop(served: Served) -> std::time::Duration {
     let mut child = served.child;
+    let started = std::time::Instant::now();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -60,6 +61,7 @@ fn stop(served: Served) {
     assert!(killed.success());
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status:?}");
+    started.elapsed()
 }
 
 #[cfg(unix)]
@@ -162,5 +164,71 @@ fn bad_server_options_are_refused() {
     cli_common::assert_fails_with(
         cli_common::mtp().args(["serve", "--host", "not a host", "--port", "1"]),
         "cannot resolve --host",
+    );
+}
+
+/// SIGTERM while a long prompt is being prefilled: after a grace period of one second the server
+/// cancels the request between two prefill chunks and exits 0 within seconds, instead of
+/// finishing a prefill of about a minute first (the real model, 24k prompt tokens on a 2-core
+/// machine).
+#[cfg(unix)]
+#[test]
+fn sigterm_during_a_long_prefill_stops_within_a_chunk() {
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    let test = "sigterm_during_a_long_prefill_stops_within_a_chunk";
+    let Some(model) = gguf_support::real_model(test) else {
+        return;
+    };
+    let (served, addr) = spawn_serve(
+        &[
+            "--model",
+            model.to_str().unwrap(),
+            "--shutdown-grace",
+            "1",
+            "--no-draft",
+        ],
+        &[],
+    );
+    let words = ["river", "stone", "lantern", "meadow", "copper", "harbor"];
+    let prompt: Vec<&str> = (0..24_000).map(|i| words[(i * 7 + i / 5) % 6]).collect();
+    let body = serde_json::json!({
+        "model": "tiny",
+        "prompt": prompt.join(" "),
+        "raw": true,
+        "stream": false,
+        "options": {"num_predict": 1},
+    })
+    .to_string();
+    let client = std::thread::spawn(move || {
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(300)))
+            .unwrap();
+        let head = format!(
+            "POST /api/generate HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer
+    });
+    // Tokenizing 24k words takes well under a second; then the prefill runs.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(!client.is_finished(), "the prefill was still running");
+    let took = stop(served);
+    let answer = client.join().unwrap();
+    eprintln!("{test}: exited {took:?} after SIGTERM; the client got {answer:.200}");
+    assert!(
+        took < Duration::from_secs(20),
+        "the server took {took:?} to stop: the prefill was not cancelled between chunks"
+    );
+    assert!(
+        !answer.contains("\"done_reason\":\"length\""),
+        "the cancelled request did not complete: {answer:.300}"
     );
 }

@@ -123,8 +123,14 @@ fn reference_target_greedy_matches_hf() {
 
 #[test]
 fn greedy_mtp_equals_hf_greedy_and_accepts_real_drafts() {
+    greedy_mtp_matches_hf(backend_candle::CandleBackend::cpu());
+}
+
+/// Greedy MTP at depth 4 in f32 gives HF's greedy continuation on every committed prompt, with
+/// real acceptance.
+fn greedy_mtp_matches_hf<B: Backend>(backend: B) {
     let hf = hf_run();
-    let pipeline = load(backend_candle::CandleBackend::cpu());
+    let pipeline = load(backend);
     let (mut rounds, mut accepted, mut first_drafted, mut first_accepted) = (0, 0, 0, 0);
     for (i, ids) in hf.prompt_ids.iter().enumerate() {
         let out = greedy(&pipeline, ids, hf.num_predict, Some(4));
@@ -160,14 +166,15 @@ fn greedy_mtp_equals_hf_greedy_and_accepts_real_drafts() {
 /// prompts, 48 tokens: bf16 2 and f16 1 of 12 — over all 24, bf16 4 and f16 1, at
 /// tokens 19-44 — and compare-serial saw 0 of ~1120 rows disagree within a round: the drift
 /// comes through the cached keys and values, not a flipped verdict.)
-/// Prompts the half-precision checks run (the first of the committed ones; bf16 on a CPU is slow).
+/// Prompts the half-precision checks run on a CPU (the first of the committed ones; bf16 on a CPU
+/// is slow); a GPU runs them all.
 const HALF_PRECISION_PROMPTS: usize = 12;
 
-fn half_precision_greedy_mtp<B: Backend>(backend: B, dtype: DType) {
+fn half_precision_greedy_mtp<B: Backend>(backend: B, dtype: DType, count: usize) {
     let hf = hf_run();
     let pipeline = load_in(backend, dtype);
     let mut firsts = Vec::new();
-    let prompts = HALF_PRECISION_PROMPTS.min(hf.prompt_ids.len());
+    let prompts = count.min(hf.prompt_ids.len());
     for (i, ids) in hf.prompt_ids.iter().enumerate().take(prompts) {
         let n = hf.num_predict;
         let plain = greedy(&pipeline, ids, n, None).tokens;
@@ -180,12 +187,12 @@ fn half_precision_greedy_mtp<B: Backend>(backend: B, dtype: DType) {
         let accepted = batched.mtp.as_ref().map_or(0, |m| m.accepted);
         assert!(accepted > 0, "{dtype}, prompt {i}: drafts were accepted");
         if let Some(at) = plain.iter().zip(&batched.tokens).position(|(a, b)| a != b) {
-            firsts.push(at);
+            firsts.push((i, at));
         }
     }
     eprintln!(
         "{dtype}, depth 4, {} tokens: batched greedy MTP differs from plain on {} of {prompts} \
-         prompts (first differing token at {firsts:?})",
+         prompts ((prompt, first differing token): {firsts:?})",
         hf.num_predict,
         firsts.len(),
     );
@@ -198,12 +205,53 @@ fn half_precision_greedy_mtp<B: Backend>(backend: B, dtype: DType) {
 
 #[test]
 fn bf16_greedy_mtp_is_exact_serially_and_batched_drift_is_bounded() {
-    half_precision_greedy_mtp(backend_candle::CandleBackend::cpu(), DType::BF16);
+    half_precision_greedy_mtp(
+        backend_candle::CandleBackend::cpu(),
+        DType::BF16,
+        HALF_PRECISION_PROMPTS,
+    );
 }
 
 #[test]
 fn f16_greedy_mtp_is_exact_serially_and_batched_drift_is_bounded() {
-    half_precision_greedy_mtp(backend_candle::CandleBackend::cpu(), DType::F16);
+    half_precision_greedy_mtp(
+        backend_candle::CandleBackend::cpu(),
+        DType::F16,
+        HALF_PRECISION_PROMPTS,
+    );
+}
+
+/// The same checks on candle's CUDA device 0 (built with `--features cuda`; run by
+/// scripts/device-check.sh where a GPU is lent): f32 greedy equals HF's on every prompt, plain
+/// and MTP; half precision is exact with serial validation and bounded batched.
+#[cfg(feature = "cuda")]
+mod candle_cuda {
+    use super::*;
+
+    fn cuda() -> backend_candle::CandleBackend {
+        backend_candle::CandleBackend::from_spec("cuda:0")
+            .unwrap_or_else(|e| panic!("no CUDA device for the candle_cuda tests: {e}"))
+    }
+
+    #[test]
+    fn target_greedy_matches_hf_on_every_prompt() {
+        target_matches_hf(cuda(), usize::MAX);
+    }
+
+    #[test]
+    fn greedy_mtp_equals_hf_greedy_and_accepts_real_drafts() {
+        greedy_mtp_matches_hf(cuda());
+    }
+
+    #[test]
+    fn bf16_greedy_mtp_is_exact_serially_and_batched_drift_is_bounded() {
+        half_precision_greedy_mtp(cuda(), DType::BF16, usize::MAX);
+    }
+
+    #[test]
+    fn f16_greedy_mtp_is_exact_serially_and_batched_drift_is_bounded() {
+        half_precision_greedy_mtp(cuda(), DType::F16, usize::MAX);
+    }
 }
 
 /// The README's first command: `mtp generate "In the beginning"` with no other argument runs the

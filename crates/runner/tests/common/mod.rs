@@ -8,8 +8,8 @@ use mtp_core::reference::ReferenceBackend;
 use mtp_core::Backend;
 
 /// Instantiate generic fixture checks (`fn check<B: Backend>(b: &B)`) once per backend: the host
-/// reference backend, candle's CPU device and, with the `mlx` feature, MLX (serialised by
-/// [`mlx_serial`]: MLX is not thread-safe).
+/// reference backend, candle's CPU device, with the `cuda` feature candle's CUDA device 0 and,
+/// with the `mlx` feature, MLX (serialised by [`mlx_serial`]: MLX is not thread-safe).
 #[macro_export]
 macro_rules! per_backend {
     ($($check:ident),* $(,)?) => {
@@ -25,6 +25,12 @@ macro_rules! per_backend {
                     super::$check(&backend_candle::CandleBackend::cpu());
                 }
 
+                #[cfg(feature = "cuda")]
+                #[test]
+                fn candle_cuda() {
+                    super::$check(&$crate::common::candle_cuda());
+                }
+
                 #[cfg(feature = "mlx")]
                 #[test]
                 fn mlx() {
@@ -34,6 +40,13 @@ macro_rules! per_backend {
             }
         )*
     };
+}
+
+/// Candle on CUDA device 0; a build with the `cuda` feature runs its tests where a GPU is.
+#[cfg(feature = "cuda")]
+pub fn candle_cuda() -> backend_candle::CandleBackend {
+    backend_candle::CandleBackend::from_spec("cuda:0")
+        .unwrap_or_else(|e| panic!("no CUDA device for the candle_cuda tests: {e}"))
 }
 
 use runner::loading::{load_assistant, load_target, LoadOptions, TensorStore};
