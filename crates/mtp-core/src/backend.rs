@@ -37,6 +37,7 @@
 use std::sync::Arc;
 
 pub use crate::attention::{AttentionBias, AttentionMask, Causality};
+use crate::attention_blocked::{blocked_attention_with_bias, ATTENTION_KEY_BLOCK};
 use crate::quant::QuantTensor;
 use crate::rotary::RopeCache;
 use crate::{CoreError, DType};
@@ -155,7 +156,9 @@ fn stored_float_count(op: &'static str, len: usize, src: DType) -> Result<usize,
 
 /// The portable body of [`Backend::attention_with_bias`] (query heads folded per KV head, two
 /// matmuls, the table added, softmax, blind rows zeroed), for a backend whose own kernel covers
-/// only some shapes.
+/// only some shapes. Several queries over more than [`ATTENTION_KEY_BLOCK`] keys (a prefill
+/// chunk late in a long prompt) go through [`blocked_attention_with_bias`], whose transient
+/// scores do not grow with the context.
 pub fn default_attention_with_bias<B: Backend>(
     backend: &B,
     q: &B::Array,
@@ -186,6 +189,10 @@ pub fn default_attention_with_bias<B: Backend>(
         .into());
     }
     let (b, hq, tq, d, hkv, tk, dv) = (*b, *hq, *tq, *d, *hkv, *tk, *dv);
+    if tq > 1 && tk > ATTENTION_KEY_BLOCK {
+        // A prefill chunk over a long context: scores one block of keys at a time.
+        return blocked_attention_with_bias(backend, q, k, v, bias, scale, ATTENTION_KEY_BLOCK);
+    }
     let groups = hq / hkv;
     // Fold the query heads of one KV head into the row axis: [b, hkv, groups * tq, d].
     let qg = backend.reshape(q, &[b, hkv, groups * tq, d])?;

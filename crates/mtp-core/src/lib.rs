@@ -33,6 +33,7 @@
 
 pub mod acceptance;
 pub mod attention;
+pub mod attention_blocked;
 pub mod backend;
 pub mod cache;
 mod dtype;

@@ -152,6 +152,11 @@ fn attention_cases() -> Vec<AttentionCase> {
         (1, 4, 2, 4, 3, 8, 8, mask(0, 3, Causal, None)),
         // Every query far past a window of 2: all outputs are zeros.
         (1, 2, 1, 2, 4, 4, 4, mask(10, 0, Causal, Some(2))),
+        // A prefill chunk late in a long context: more keys than one block of the blocked
+        // attention (`mtp_core::attention_blocked`), the causal edge inside the last block.
+        (1, 4, 2, 20, 2100, 8, 8, mask(2080, 0, Causal, None)),
+        // A window that hides the whole first block of keys from every query.
+        (1, 2, 1, 18, 4200, 4, 4, mask(4190, 0, Causal, Some(1000))),
     ];
     for window in [1, 2, 3] {
         cases.push((1, 4, 2, 5, 5, 8, 8, mask(0, 0, Causal, Some(window))));
@@ -163,7 +168,8 @@ fn attention_cases() -> Vec<AttentionCase> {
 }
 
 /// `attention` over every configuration (prefill, decode, verification, sliding windows 1/2/3,
-/// bidirectional, GQA 4/2 and 8/1, `dv != d`, queries with no visible key), in every float
+/// bidirectional, GQA 4/2 and 8/1, `dv != d`, queries with no visible key, a chunk over more
+/// keys than one block), in every float
 /// dtype, with the usual `1/sqrt(d)` scale and another.
 pub fn attention<B: Backend>(backend: &B) -> Result<(), SuiteError> {
     let mut h = Harness::new(backend, "attention");

@@ -72,7 +72,7 @@ pub fn prepare_load<B: Backend>(
     };
     eprintln!(
         "memory: {:.2} GiB of weights ({held}) + {:.2} GiB KV cache at {} positions{} + {:.2} GiB \
-         prefill activations = {:.2} GiB{shown}",
+         prefill activations + {:.2} GiB runtime = {:.2} GiB{shown}",
         estimate.weights as f64 / GIB,
         estimate.kv_cache as f64 / GIB,
         estimate.context,
@@ -82,6 +82,7 @@ pub fn prepare_load<B: Backend>(
             String::new()
         },
         estimate.activations as f64 / GIB,
+        estimate.runtime as f64 / GIB,
         needed as f64 / GIB,
     );
     if let Some(available) = available {

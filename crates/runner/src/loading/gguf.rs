@@ -369,6 +369,18 @@ impl GgufFile {
         })
     }
 
+    /// Tell the kernel that the bytes of tensor `name` will not be read again (after they were
+    /// copied into an array or a quantized tensor): its pages leave this process's resident set,
+    /// so loading a GGUF file holds the weights once, not the weights plus the mapped file. A
+    /// later read faults them back in from the file.
+    pub fn release(&self, name: &str) {
+        if let Some(info) = self.tensors.get(name) {
+            if info.len > 0 {
+                super::tensors::drop_pages(&self.map, info.start, info.len);
+            }
+        }
+    }
+
     /// `general.architecture`.
     pub fn architecture(&self) -> Result<&str, GgufError> {
         self.string("general.architecture")

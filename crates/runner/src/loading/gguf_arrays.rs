@@ -158,6 +158,7 @@ impl<'a, B: Backend> GgufArrays<'a, B> {
         let ty = QuantGgmlType::from_id(raw.ggml_type.id).map_err(|e| invalid(e.to_string()))?;
         let tensor = QuantTensor::ggml(ty, rows, cols, raw.bytes.to_vec())
             .map_err(|e| invalid(e.to_string()))?;
+        self.file.release(name);
         Ok(Arc::new(tensor))
     }
 
@@ -179,24 +180,28 @@ impl<'a, B: Backend> GgufArrays<'a, B> {
                 });
         }
         let src = float_dtype(name, &raw)?;
-        self.backend
+        let array = self
+            .backend
             .from_le_bytes(raw.bytes, src, shape, self.dtype)
             .map_err(|e| LoadError::Backend {
                 name: name.to_string(),
                 reason: e.to_string(),
-            })
+            })?;
+        self.file.release(name);
+        Ok(array)
     }
 
     /// Tensor `name` of shape `shape` as host `f32` values (F32, F16 or BF16).
     pub fn host(&mut self, name: &str, shape: &[usize]) -> LoadResult<Vec<f32>> {
         let raw = self.raw(name, shape)?;
         let src = float_dtype(name, &raw)?;
-        mtp_core::backend::decode_le_floats("gguf host tensor", raw.bytes, src).map_err(|e| {
-            LoadError::Backend {
+        let values = mtp_core::backend::decode_le_floats("gguf host tensor", raw.bytes, src)
+            .map_err(|e| LoadError::Backend {
                 name: name.to_string(),
                 reason: e.to_string(),
-            }
-        })
+            })?;
+        self.file.release(name);
+        Ok(values)
     }
 
     /// An array of the compute dtype from host values.

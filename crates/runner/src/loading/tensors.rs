@@ -70,7 +70,7 @@ impl std::fmt::Debug for TensorStore {
 /// A failure only means the pages stay resident, so it is logged, not returned.
 #[cfg(unix)]
 #[allow(unsafe_code)]
-fn drop_pages(map: &Mmap, offset: usize, len: usize) {
+pub(crate) fn drop_pages(map: &Mmap, offset: usize, len: usize) {
     // SAFETY: the map is a read-only (`PROT_READ`, `MAP_SHARED`) view of a file that this store
     // never writes: `MADV_DONTNEED` only evicts its pages from this process, and a later read
     // faults them back in from the file with the same contents. memmap2 marks the advice unsafe
@@ -84,7 +84,7 @@ fn drop_pages(map: &Mmap, offset: usize, len: usize) {
 
 /// Elsewhere the pages stay until the map is dropped.
 #[cfg(not(unix))]
-fn drop_pages(_map: &Mmap, _offset: usize, _len: usize) {}
+pub(crate) fn drop_pages(_map: &Mmap, _offset: usize, _len: usize) {}
 
 /// Map `path` read-only (every weight file, safetensors or GGUF, is mapped here).
 #[allow(unsafe_code)]

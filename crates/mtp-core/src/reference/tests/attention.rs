@@ -1,7 +1,8 @@
 //! The default attention against a naive nested-loop implementation.
 
 use super::{assert_bitwise, assert_close, be, f, noise, vals};
-use crate::{AttentionMask, Backend, Causality, CoreError, CoreResult};
+use crate::attention_blocked::blocked_attention_with_bias;
+use crate::{AttentionBias, AttentionMask, Backend, Causality, CoreError, CoreResult};
 
 /// Shapes of one attention problem.
 #[derive(Clone, Copy)]
@@ -85,7 +86,15 @@ fn compare(n: Dims, mask: AttentionMask, seed: u64) -> CoreResult<Vec<f32>> {
     let out = b.attention(&q, &k, &v, &mask, scale)?;
     assert_eq!(b.shape(&out), vec![n.b, n.hq, n.tq, n.dv]);
     let got = vals(&out);
-    assert_close(&got, &naive(&qd, &kd, &vd, n, &mask, scale), 1e-5);
+    let want = naive(&qd, &kd, &vd, n, &mask, scale);
+    assert_close(&got, &want, 1e-5);
+    // The same attention a few keys at a time, with the online softmax of long contexts.
+    let bias = AttentionBias::new(&b, mask, n.tq, n.tk, b.dtype(&q))?;
+    for key_block in [1, 2, 3, n.tk] {
+        let blocked = blocked_attention_with_bias(&b, &q, &k, &v, &bias, scale, key_block)?;
+        assert_eq!(b.shape(&blocked), vec![n.b, n.hq, n.tq, n.dv]);
+        assert_close(&vals(&blocked), &want, 1e-5);
+    }
     Ok(got)
 }
 
@@ -264,4 +273,25 @@ fn attention_shape_errors() {
         b.attention(&q3, &k, &k, &AttentionMask::causal(0, 0), 1.0),
         Err(CoreError::ShapeMismatch { .. })
     ));
+}
+
+#[test]
+fn a_chunk_over_more_keys_than_one_block_matches_the_definition() -> CoreResult<()> {
+    // The default attention takes key blocks of ATTENTION_KEY_BLOCK here.
+    let n = Dims {
+        b: 1,
+        hq: 4,
+        hkv: 2,
+        tq: 5,
+        tk: crate::attention_blocked::ATTENTION_KEY_BLOCK + 37,
+        d: 4,
+        dv: 4,
+    };
+    compare(n, AttentionMask::causal(n.tk - 3, 0), 60)?;
+    compare(
+        n,
+        AttentionMask::causal(n.tk - 3, 0).with_window(Some(40)),
+        61,
+    )?;
+    Ok(())
 }
