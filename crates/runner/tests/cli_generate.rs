@@ -6,8 +6,8 @@ mod cli_common;
 use cli_common::{cases, copy_dir, generate_json, ids, mtp, Case};
 use runner::Tokenizer;
 
-/// The acceptance command, for every case: `--temperature 0 --json` with the drafter
-/// prints HF's greedy continuation; without the drafter the tokens are the same.
+/// `mtp generate`'s acceptance command for every case: `--temperature 0 --json` with the
+/// drafter prints HF's greedy continuation; without the drafter the tokens are the same.
 fn greedy_matches_hf(backend: &str) {
     for case in cases() {
         let n = case.greedy_ids.len().to_string();
@@ -395,6 +395,15 @@ const BACKEND_FREE_STATS: [&str; 5] = [
     "per_position",
     "all_accepted",
 ];
+
+/// A NaN planted in a norm weight before quantized projections (`--quantize q8|q4`, MLX's affine
+/// groups) stops an MLX run with the non-finite error, in f32 and in half precision, as on
+/// candle and the reference backend (`cli_non_finite.rs`).
+#[cfg(feature = "mlx")]
+#[test]
+fn mlx_nan_before_a_quantized_product_fails_clearly() {
+    cli_common::nan_before_a_quantized_product_fails_on("mlx");
+}
 
 /// `mtp generate --temperature 0` prints the same text, tokens and MTP acceptance counts on MLX
 /// as on candle: for every fixture pair, and for the default pair (`models/default`) when the

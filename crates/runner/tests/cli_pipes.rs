@@ -125,7 +125,7 @@ fn bash(script: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The commands in real shell pipelines: `mtp generate … 2>&1 | head -3` (whether mtp
+/// `mtp generate` in real shell pipelines: `mtp generate … 2>&1 | head -3` (whether mtp
 /// still writes after `head` left is a race: 0 or 141, never a panic) and
 /// `mtp generate --json … | true` (`true` is gone before the model has loaded: 141).
 #[cfg(unix)]

@@ -155,3 +155,39 @@ pub fn assert_fails_with(cmd: &mut Command, needle: &str) {
     );
     assert!(!stderr.contains("panicked"), "panic: {stderr}");
 }
+
+/// Overwrite every value of the F32 tensor `name` in `dir/model.safetensors` with NaN.
+pub fn poison(dir: &Path, name: &str) {
+    let path = dir.join("model.safetensors");
+    let mut bytes = std::fs::read(&path).expect("weights");
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let header: serde_json::Value =
+        serde_json::from_slice(&bytes[8..8 + header_len]).expect("header JSON");
+    let info = &header[name];
+    assert_eq!(info["dtype"], "F32", "{name}");
+    let offsets = &info["data_offsets"];
+    let start = 8 + header_len + offsets[0].as_u64().expect("start") as usize;
+    let end = 8 + header_len + offsets[1].as_u64().expect("end") as usize;
+    for chunk in bytes[start..end].chunks_exact_mut(4) {
+        chunk.copy_from_slice(&f32::NAN.to_le_bytes());
+    }
+    std::fs::write(&path, bytes).expect("write weights");
+}
+
+/// `mtp generate --backend BACKEND` on the `copy_drafter` target with a NaN planted in a norm
+/// weight before projections quantized at load (`--quantize q8|q4`), activations in f32, f16
+/// and bf16: each run fails with the non-finite error.
+pub fn nan_before_a_quantized_product_fails_on(backend: &str) {
+    let case = Case::named("copy_drafter");
+    let target = copy_dir(&case.target());
+    poison(target.path(), "model.layers.0.input_layernorm.weight");
+    for (scheme, dtype) in [("q8", "f32"), ("q4", "f32"), ("q8", "f16"), ("q4", "bf16")] {
+        let mut cmd = mtp();
+        cmd.args(["generate", "--backend", backend, "--quantize", scheme])
+            .args(["--dtype", dtype, "--model"])
+            .arg(target.path())
+            .args(["--no-draft", "--temperature", "0"])
+            .arg(&case.prompt_text);
+        assert_fails_with(&mut cmd, "logits at position");
+    }
+}
