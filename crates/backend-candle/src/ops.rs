@@ -272,7 +272,7 @@ pub(crate) fn to_vec_f32(x: &Tensor) -> Result<Vec<f32>> {
 pub(crate) fn to_vec_u32(x: &Tensor) -> Result<Vec<u32>> {
     const OP: &str = "to_vec_u32";
     let dtype = dtype_of(OP, x)?;
-    if x.elem_count() == 0 {
+    if x.elem_count() == 0 && !dtype.is_float() {
         return Ok(Vec::new());
     }
     match dtype {
