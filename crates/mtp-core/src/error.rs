@@ -140,6 +140,10 @@ pub enum CoreError {
     /// A model broke its contract (e.g. returned logits of the wrong shape).
     #[error("model contract: {0}")]
     Model(String),
+    /// A constraint (structured output, tool call) failed: a grammar that cannot be built,
+    /// a matcher error, or a state that allows no token before the grammar is complete.
+    #[error("constraint: {0}")]
+    Constraint(String),
 }
 
 /// Result alias for code that only produces [`CoreError`]s.

@@ -20,6 +20,9 @@
 //! * [`sampling`] — the sampler (temperature, top-k, top-p, min-p, penalties, seed) whose
 //!   speculative calls never mutate state, and the log-probabilities reported for emitted tokens
 //!   ([`sampling::logprobs`]);
+//! * [`constraint`] — constrained decoding (structured outputs, tool calls): allowed-token
+//!   masks applied per verification row, drafts cut where a mask forbids them, forced tokens
+//!   drafted for free;
 //! * [`acceptance`] — the verification rules of speculative decoding as pure functions;
 //! * [`schedule`] — draft-depth schedules (constant, heuristic, cost-aware adaptive);
 //! * [`options`] — MTP options from model defaults, environment and request, and eligibility;
@@ -36,6 +39,7 @@ pub mod attention;
 pub mod attention_blocked;
 pub mod backend;
 pub mod cache;
+pub mod constraint;
 mod dtype;
 pub mod engine;
 mod error;

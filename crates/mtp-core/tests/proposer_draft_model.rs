@@ -234,6 +234,7 @@ fn propose(
         sampler: &mut sampler,
         mode: DraftMode::Greedy,
         overlap: false,
+        guide: None,
     };
     let draft = run.propose(&mut round, depth).unwrap().expect("drafts");
     draft.host.expect("host ids")

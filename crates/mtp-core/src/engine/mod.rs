@@ -77,6 +77,7 @@ use std::sync::Arc;
 
 use crate::acceptance::AcceptanceRules;
 use crate::cache::CacheSet;
+use crate::constraint::ConstraintSource;
 use crate::model::{MtpDrafter, TargetModel};
 use crate::options::MtpOptions;
 use crate::options::{
@@ -108,6 +109,10 @@ pub struct GenerateRequest {
     /// requested: sent to the sink's [`TokenSink::scored_token`] and kept in
     /// [`Response::logprobs`]. Speculation stays on (see the module docs, *Log-probabilities*).
     pub logprobs: LogprobsRequest,
+    /// A constraint on the generated text (a JSON schema, a tool-call grammar): every token is
+    /// chosen from the target's distribution masked to what it allows, speculation included
+    /// (see [`crate::constraint`]); `None`: unconstrained.
+    pub constraint: Option<ConstraintSource>,
 }
 
 impl GenerateRequest {
@@ -120,6 +125,7 @@ impl GenerateRequest {
             eos: Vec::new(),
             draft: DraftOverrides::default(),
             logprobs: LogprobsRequest::None,
+            constraint: None,
         }
     }
 }

@@ -9,18 +9,20 @@ use crate::{Backend, CoreError};
 /// Prefill, then forward one token at a time until EOS, the budget or cancellation.
 ///
 /// With the evaluation overlap (`overlap`, lazy backends, greedy neutral sampling, caches that
-/// can roll back and no log-probabilities, which read each row) the loop runs one token ahead
-/// instead: see [`pipelined`].
+/// can roll back, no log-probabilities, which read each row, and no constraint, whose mask
+/// needs each chosen token) the loop runs one token ahead instead: see [`pipelined`]. A
+/// constraint that allows nothing more ends the run (see [`crate::constraint`]).
 pub(super) fn run<B: Backend>(session: &mut Session<'_, B>, overlap: bool) -> Result<(), B::Error> {
     session.prefill()?;
     if overlap
         && session.device_argmax()
         && session.caches.can_speculate()
         && session.top_logprobs().is_none()
+        && session.constraint.is_none()
     {
         return pipelined(session);
     }
-    while !session.is_done() && !session.cancelled() {
+    while !session.is_done() && !session.cancelled() && !session.constraint_exhausted()? {
         session.plain_step()?;
     }
     Ok(())

@@ -7,6 +7,7 @@ use super::sink::{CancelToken, SinkFlow, TokenSink};
 use super::stats::{DoneReason, MtpStats, Response};
 use super::GenerateRequest;
 use crate::cache::CacheSet;
+use crate::constraint::{masked_logits, ActiveConstraint, Constraint, TokenMask};
 use crate::model::{TargetModel, TargetOutput};
 use crate::options::DecodeMode;
 use crate::sampling::{Distribution, HostRows, LogitRow, Sampler, TokenLogprobs};
@@ -54,6 +55,8 @@ pub(super) struct Session<'s, B: Backend> {
     prompt_eval: Duration,
     first_token_at: Option<Instant>,
     pub target_time: Duration,
+    /// The request's constraint, advanced by every chosen token.
+    pub constraint: Option<ActiveConstraint>,
 }
 
 impl<'s, B: Backend> Session<'s, B> {
@@ -69,6 +72,13 @@ impl<'s, B: Backend> Session<'s, B> {
         let room = target.max_context().saturating_sub(request.prompt.len());
         let device_argmax = request.sampling.is_device_argmax();
         let cached = caches.position();
+        let constraint = match &request.constraint {
+            Some(source) => Some(ActiveConstraint::new(
+                source.start(target.vocab_size())?,
+                &request.eos,
+            )),
+            None => None,
+        };
         if cached >= request.prompt.len() {
             return Err(CoreError::Cache(format!(
                 "the caches hold {cached} positions of a {}-token prompt: at least its last \
@@ -101,6 +111,7 @@ impl<'s, B: Backend> Session<'s, B> {
             prompt_eval: Duration::ZERO,
             first_token_at: None,
             target_time: Duration::ZERO,
+            constraint,
         })
     }
 
@@ -201,6 +212,14 @@ impl<'s, B: Backend> Session<'s, B> {
     /// With log-probabilities requested, the chosen token's are queued for its emission (read
     /// from the same row; the device-argmax path then also reads the row itself).
     pub fn choose(&mut self, logits: &B::Array) -> Result<u32, B::Error> {
+        let masked;
+        let logits = match self.current_mask()? {
+            Some(mask) => {
+                masked = masked_logits(self.backend, logits, &[mask])?;
+                &masked
+            }
+            None => logits,
+        };
         let row_position = self.position.saturating_sub(1);
         let (id, scored) = if self.device_argmax {
             let (ids, flags) = self.checked_argmax(logits)?;
@@ -231,8 +250,37 @@ impl<'s, B: Backend> Session<'s, B> {
             (id, scored)
         };
         self.sampler.commit(&[id]);
+        self.advance_constraint(&[id])?;
         self.pending.extend(scored);
         Ok(id)
+    }
+
+    /// The constraint's mask for the next token; `None` without a constraint.
+    pub fn current_mask(&mut self) -> Result<Option<TokenMask>, CoreError> {
+        self.constraint.as_mut().map(|c| c.mask()).transpose()
+    }
+
+    /// Advance the constraint (if any) by chosen tokens.
+    pub fn advance_constraint(&mut self, ids: &[u32]) -> Result<(), CoreError> {
+        match &mut self.constraint {
+            Some(c) => c.advance(ids),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the constraint allows nothing more: then the session ends here with
+    /// [`DoneReason::Stop`] (its text complete; an error when not).
+    pub fn constraint_exhausted(&mut self) -> Result<bool, CoreError> {
+        let Some(constraint) = &mut self.constraint else {
+            return Ok(false);
+        };
+        if constraint.exhausted()? {
+            if self.done.is_none() {
+                self.done = Some(DoneReason::Stop);
+            }
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// How many alternatives the request's log-probabilities carry; `None` when it asked for
@@ -312,6 +360,9 @@ impl<'s, B: Backend> Session<'s, B> {
             );
         };
         let last = len - 1;
+        if self.constraint_exhausted()? {
+            return Ok(());
+        }
         let logits = self.row_logits(&out.hidden, last)?;
         let first_token = self.choose(&logits)?;
         self.hidden = Some(self.backend.slice(&out.draft_hidden, 1, last, 1)?);
@@ -379,6 +430,7 @@ impl<'s, B: Backend> Session<'s, B> {
         let generated = self.tokens.len();
         let done_reason = self.done.unwrap_or(DoneReason::Length);
         let context_full = done_reason == DoneReason::Length && self.budget < self.num_predict;
+        let constraint_complete = self.constraint.as_ref().map(|c| c.is_complete());
         Response {
             tokens: self.tokens,
             done_reason,
@@ -392,6 +444,7 @@ impl<'s, B: Backend> Session<'s, B> {
             speculation_off: None,
             context_full,
             logprobs: self.scored,
+            constraint_complete,
         }
     }
 }

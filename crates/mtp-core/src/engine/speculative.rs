@@ -7,6 +7,7 @@ use super::session::Session;
 use super::stats::{MtpStats, ProposerCounts};
 use super::SpeculationSwitch;
 use crate::acceptance::{AcceptanceRules, RoundEnd, Verdict};
+use crate::constraint::{Constraint, DraftGuide, DraftMasks, TokenMask};
 use crate::options::{DecodeMode, MtpOptions, ValidationMode};
 use crate::proposer::{DraftMode, ProposerKind, ProposerRun, RoundContext};
 use crate::sampling::Distribution;
@@ -19,6 +20,8 @@ use crate::Backend;
 const EXPECTED_WEIGHT: f64 = 0.25;
 /// Rounds an arm may go unchosen (while another drafts) before it is tried again.
 const RETRY_AFTER: usize = 16;
+/// Most tokens a constraint's forced continuation drafts in one round.
+pub const FORCED_DRAFT_MAX: usize = 16;
 
 /// One proposer of a run, with its own schedule and running estimate.
 pub(super) struct Arm<'r, B: Backend> {
@@ -50,6 +53,10 @@ pub(super) struct Proposal<B: Backend> {
     pub host: Option<Vec<u32>>,
     /// The draft distributions (sampled mode; point masses for a proposer without them).
     pub dists: Vec<Distribution>,
+    /// With a constraint: the mask of each verification row (`depth + 1`); empty without.
+    pub masks: Vec<TokenMask>,
+    /// Whether the drafts are the constraint's forced continuation (no proposer drafted).
+    pub forced: bool,
 }
 
 /// A speculative generation in progress.
@@ -242,7 +249,10 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         }
         // Drafts for the next round, built before this round's tokens were emitted.
         let mut early: Option<Proposal<B>> = None;
-        while !self.session.is_done() && !self.session.cancelled() {
+        while !self.session.is_done()
+            && !self.session.cancelled()
+            && !self.session.constraint_exhausted()?
+        {
             let started = Instant::now();
             let validation = self.validation();
             let remaining = self.session.remaining();
@@ -263,9 +273,12 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                     let drafting = drafts.drafting;
                     Some((drafts, drafting))
                 }
-                None => self
-                    .propose_best(validation, remaining, &mut asked)?
-                    .map(|p| (p, Duration::ZERO)),
+                None => match self.propose_forced(validation, remaining)? {
+                    Some(forced) => Some((forced, Duration::ZERO)),
+                    None => self
+                        .propose_best(validation, remaining, &mut asked)?
+                        .map(|p| (p, Duration::ZERO)),
+                },
             };
             let Some((proposal, drafted_before)) = drafted else {
                 // Nothing drafted (depth 0, or no proposer had anything): a plain step, timed
@@ -308,8 +321,17 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                 RoundEnd::AcceptedEos => verdict.accepted,
                 RoundEnd::Continue => proposal.depth,
             };
+            // A forced round is the grammar's, not a proposer's: no schedule or estimate
+            // learns from it.
+            let drafter: &[(usize, usize)] = if proposal.forced {
+                self.stats.forced += proposal.depth;
+                self.stats.forced_accepted += verdict.accepted;
+                &[]
+            } else {
+                &[(proposal.arm, proposal.requested)]
+            };
             self.end_round(
-                &[(proposal.arm, proposal.requested)],
+                drafter,
                 RoundReport {
                     planned: 0,
                     asked: 0,
@@ -319,10 +341,12 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                     elapsed: started.elapsed() + drafted_before,
                 },
             );
-            self.learn(proposal.arm, proposal.depth, verdict.accepted);
+            if !proposal.forced {
+                self.learn(proposal.arm, proposal.depth, verdict.accepted);
+            }
             self.commit_history(&verdict, &drafts);
             // The round is committed: its tokens are emitted even if early drafting fails.
-            let drafted = if self.overlap {
+            let drafted = if self.overlap && self.session.constraint.is_none() {
                 self.draft_early(&verdict, validation)
             } else {
                 Ok(None)
@@ -409,6 +433,10 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             DecodeMode::SampledMtp => DraftMode::Sampled,
             _ => DraftMode::Greedy,
         };
+        let mut guide = s
+            .constraint
+            .as_mut()
+            .map(|c| DraftGuide::new(c as &mut dyn Constraint));
         let mut round = RoundContext {
             backend,
             target: s.target,
@@ -420,13 +448,35 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             sampler: &mut s.sampler,
             mode,
             overlap: self.overlap,
+            guide: guide.as_mut().map(|g| g as &mut dyn DraftMasks),
         };
         let Some(proposer) = self.arms.get_mut(arm) else {
             return Ok(None);
         };
-        let Some(draft) = proposer.run.propose(&mut round, depth)? else {
+        let Some(mut draft) = proposer.run.propose(&mut round, depth)? else {
             return Ok(None);
         };
+        let mut masks = Vec::new();
+        if let Some(guide) = guide {
+            // Cut the drafts where the constraint's masks forbid them; keep every row's mask.
+            let host = match draft.host.take() {
+                Some(ids) => ids,
+                None => backend.to_vec_u32(&draft.tokens)?,
+            };
+            let guided = guide.follow(&host)?;
+            self.stats.cut += host.len().saturating_sub(guided.kept);
+            if guided.kept == 0 {
+                return Ok(None);
+            }
+            if guided.kept < host.len() {
+                draft.tokens = backend.from_u32(&host[..guided.kept], &[1, guided.kept])?;
+                if let Some(dists) = &mut draft.dists {
+                    dists.truncate(guided.kept);
+                }
+            }
+            draft.host = Some(host[..guided.kept].to_vec());
+            masks = guided.masks;
+        }
         let k = draft.len(backend);
         if k == 0 {
             return Ok(None);
@@ -472,6 +522,58 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             tokens: draft.tokens,
             host,
             dists,
+            masks,
+            forced: false,
+        }))
+    }
+
+    /// The constraint's forced continuation as this round's drafts (no proposer call), or
+    /// `None` when nothing is forced, there is no constraint, or the round cannot draft
+    /// (sampled rounds need batched validation). At most [`FORCED_DRAFT_MAX`] tokens and
+    /// fewer than `remaining`.
+    fn propose_forced(
+        &mut self,
+        validation: ValidationMode,
+        remaining: usize,
+    ) -> Result<Option<Proposal<B>>, B::Error> {
+        if self.mode == DecodeMode::SampledMtp && validation != ValidationMode::Batched {
+            return Ok(None);
+        }
+        let s = &mut *self.session;
+        let Some(constraint) = s.constraint.as_mut() else {
+            return Ok(None);
+        };
+        let started = Instant::now();
+        let mut forced = constraint.forced()?;
+        forced.truncate(FORCED_DRAFT_MAX.min(remaining.saturating_sub(1)));
+        if forced.is_empty() {
+            return Ok(None);
+        }
+        let guided = DraftGuide::new(constraint).follow(&forced)?;
+        forced.truncate(guided.kept);
+        if forced.is_empty() {
+            return Ok(None);
+        }
+        let backend = s.backend;
+        let vocab = s.target.vocab_size();
+        let dists = match self.mode {
+            DecodeMode::SampledMtp => forced
+                .iter()
+                .map(|&id| Distribution::point(vocab, id))
+                .collect::<Result<_, _>>()?,
+            _ => Vec::new(),
+        };
+        Ok(Some(Proposal {
+            arm: 0,
+            depth: forced.len(),
+            requested: forced.len(),
+            position: s.position,
+            drafting: started.elapsed(),
+            tokens: backend.from_u32(&forced, &[1, forced.len()])?,
+            host: Some(forced),
+            dists,
+            masks: guided.masks,
+            forced: true,
         }))
     }
 

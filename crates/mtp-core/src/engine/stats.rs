@@ -66,6 +66,13 @@ pub struct MtpStats {
     pub drafted: usize,
     /// Draft tokens accepted.
     pub accepted: usize,
+    /// Of [`drafted`](Self::drafted), the tokens a constraint forced (drafted without a
+    /// proposer call; see [`crate::constraint`]).
+    pub forced: usize,
+    /// Of [`accepted`](Self::accepted), the forced ones.
+    pub forced_accepted: usize,
+    /// Drafts a constraint's mask forbade, cut before verification (not in `drafted`).
+    pub cut: usize,
     /// Rounds (one verification each, plain rounds at depth 0 included).
     pub iterations: usize,
     /// Rounds verified in one batched target forward.
@@ -101,12 +108,15 @@ pub struct MtpStats {
 impl Serialize for MtpStats {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut st = s.serialize_struct("MtpStats", 22)?;
+        let mut st = s.serialize_struct("MtpStats", 25)?;
         st.serialize_field("proposer", &self.proposer)?;
         st.serialize_field("proposers", &self.per_proposer)?;
         st.serialize_field("schedule", &self.schedule)?;
         st.serialize_field("drafted", &self.drafted)?;
         st.serialize_field("accepted", &self.accepted)?;
+        st.serialize_field("forced", &self.forced)?;
+        st.serialize_field("forced_accepted", &self.forced_accepted)?;
+        st.serialize_field("cut", &self.cut)?;
         st.serialize_field("acceptance", &self.acceptance())?;
         st.serialize_field("iterations", &self.iterations)?;
         st.serialize_field("mean_draft", &self.mean_draft())?;
@@ -252,4 +262,8 @@ pub struct Response {
     /// Not serialised here: the runner writes them with each token's text.
     #[serde(skip)]
     pub logprobs: Vec<TokenLogprobs>,
+    /// With a constraint ([`GenerateRequest::constraint`](super::GenerateRequest)): whether
+    /// its text was complete when generation ended (`false` after `length`, a grammar still
+    /// open); `None` without one.
+    pub constraint_complete: Option<bool>,
 }

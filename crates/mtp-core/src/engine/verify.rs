@@ -7,6 +7,7 @@ use super::session::{check_row, first};
 use super::speculative::{Proposal, SpeculativeRun};
 use crate::acceptance::{RoundEnd, SampledRound, Verdict};
 use crate::cache::{CacheSet, SpeculationSupport};
+use crate::constraint::{masked_logits, TokenMask};
 use crate::options::{DecodeMode, ValidationMode};
 use crate::sampling::HostRows;
 use crate::{Backend, CoreError};
@@ -74,6 +75,12 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
         let out = s.target.forward(backend, &input, before, s.caches)?;
         let logits = s.target.unembed(backend, &out.hidden)?;
         s.target_time += t0.elapsed();
+        let logits = if proposal.masks.is_empty() {
+            logits
+        } else {
+            // Row i sees the constraint after drafts[..i].
+            masked_logits(backend, &logits, &proposal.masks)?
+        };
         let k = backend.shape(&proposal.tokens)[1];
 
         let (verdict, drafts, target_ids) = match self.mode {
@@ -131,6 +138,10 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
                 (verdict, drafts, target_ids)
             }
         };
+        if self.session.constraint.is_some() {
+            let tokens: Vec<u32> = emitted(&verdict, &drafts).collect();
+            self.session.advance_constraint(&tokens)?;
+        }
         let keep = kept_positions(&verdict);
         if keep == 0 {
             return Err(
@@ -138,7 +149,13 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
             );
         }
         if let Some(fork) = fork {
-            self.compare_serial(fork, before, &drafts, &target_ids, &logits, &verdict)?;
+            let judged = Judged {
+                drafts: &drafts,
+                batched: &target_ids,
+                logits: &logits,
+                masks: &proposal.masks,
+            };
+            self.compare_serial(fork, before, &judged, &verdict)?;
         }
         if self.mode != DecodeMode::SampledMtp {
             // After compare-serial, which judges against the history before this round.
@@ -200,11 +217,15 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
         &mut self,
         mut fork: CacheSet<B>,
         before: usize,
-        drafts: &[u32],
-        batched: &[u32],
-        logits: &B::Array,
+        judged: &Judged<'_, B>,
         verdict: &Verdict,
     ) -> Result<(), B::Error> {
+        let Judged {
+            drafts,
+            batched,
+            logits,
+            masks,
+        } = *judged;
         let s = &*self.session;
         let backend = s.backend;
         let rows = kept_positions(verdict);
@@ -213,6 +234,10 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
             let ids = s.ids(&[input])?;
             let out = s.target.forward(backend, &ids, before + row, &mut fork)?;
             let serial_logits = s.target.unembed(backend, &out.hidden)?;
+            let serial_logits = match masks.get(row) {
+                Some(mask) => masked_logits(backend, &serial_logits, std::slice::from_ref(mask))?,
+                None => serial_logits,
+            };
             let prefix = &drafts[..row.min(drafts.len())];
             let serial = self.greedy_choice(&serial_logits, prefix, before + row)?;
             self.stats.compared += 1;
@@ -244,6 +269,15 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
         }
         Ok(())
     }
+}
+
+/// What a batched round judged, for compare-serial: the drafts, the batched choice of each row,
+/// the (masked) verification logits and each row's constraint mask (empty without one).
+struct Judged<'a, B: Backend> {
+    drafts: &'a [u32],
+    batched: &'a [u32],
+    logits: &'a B::Array,
+    masks: &'a [TokenMask],
 }
 
 /// Top-2 token ids of logits `[1, 1, v]` and the logit margin between them.

@@ -3,6 +3,7 @@
 
 use super::{Draft, DraftMode, Proposer, ProposerKind, ProposerRun, RoundContext};
 use crate::cache::{CacheSet, SpeculationSupport, Truncation};
+use crate::constraint::masked_logits;
 use crate::model::TargetModel;
 use crate::sampling::HostRows;
 use crate::{Backend, CoreError};
@@ -203,7 +204,21 @@ impl<B: Backend> ProposerRun<B> for DraftRun<'_, B> {
         let mut dists = Vec::new();
         for j in 0..depth {
             let position = committed.len() + 1 + j;
+            // Under a constraint the logits are masked by the drafts so far.
+            if let Some(guide) = round.guide.as_deref_mut() {
+                let mask = guide.mask()?;
+                if mask.is_empty() {
+                    break;
+                }
+                logits = masked_logits(backend, &logits, &[mask])?;
+            }
             let id = self.pick(round, &logits, position, &host, &mut dists)?;
+            if let Some(guide) = round.guide.as_deref_mut() {
+                if !guide.push(id)? {
+                    dists.truncate(host.len());
+                    break;
+                }
+            }
             host.push(id);
             if j + 1 < depth {
                 logits = match self.feed(backend, &[id])? {

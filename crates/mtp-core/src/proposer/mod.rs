@@ -33,6 +33,7 @@ pub use ngram::{
 };
 
 use crate::cache::CacheSet;
+use crate::constraint::DraftMasks;
 use crate::model::TargetModel;
 use crate::sampling::{Distribution, Sampler};
 use crate::Backend;
@@ -131,6 +132,11 @@ pub struct RoundContext<'r, B: Backend> {
     /// Whether the engine overlaps a lazy backend's evaluation with host work (start each
     /// step's evaluation as soon as it is built).
     pub overlap: bool,
+    /// With a constraint: the mask after the drafts so far. A proposer that reads logits
+    /// drafts under it ([`masked_logits`](crate::constraint::masked_logits) of its step's
+    /// logits, then [`DraftMasks::push`] of the draft, which it stops at when refused); any
+    /// proposer's drafts are cut by the engine where the masks forbid them.
+    pub guide: Option<&'r mut dyn DraftMasks>,
 }
 
 /// What a proposer proposes for one round.

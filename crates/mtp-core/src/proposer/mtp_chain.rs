@@ -1,6 +1,7 @@
 //! [`MtpChain`]: an MTP head chained over single-position steps.
 
 use super::{Draft, DraftMode, Proposer, ProposerKind, ProposerRun, RoundContext};
+use crate::constraint::masked_logits;
 use crate::model::MtpDrafter;
 use crate::sampling::HostRows;
 use crate::{Backend, CoreError};
@@ -14,6 +15,8 @@ use crate::{Backend, CoreError};
 /// (sampled, with the drafts so far as the penalty prefix), and `h_{j+1}` the step's projected
 /// hidden. Greedy chains stay on the device (with the evaluation overlap each step's
 /// evaluation starts as soon as it is built); sampled chains read each step's logits row.
+/// Under a constraint ([`RoundContext::guide`]) each step's logits are masked by the drafts
+/// before it, and greedy chains read each draft (the next mask needs it).
 #[derive(Debug, Clone, Copy)]
 pub struct MtpChain<D>(pub D);
 
@@ -58,23 +61,45 @@ impl<B: Backend, D: MtpDrafter<B>> ProposerRun<B> for ChainRun<'_, D> {
                 .drafter
                 .draft_step(backend, &input, round.position, round.caches)?;
             hidden = step.projected;
+            // Under a constraint the step's logits are masked by the drafts so far.
+            let logits = match round.guide.as_deref_mut() {
+                Some(guide) => {
+                    let mask = guide.mask()?;
+                    if mask.is_empty() {
+                        break;
+                    }
+                    masked_logits(backend, &step.logits, &[mask])?
+                }
+                None => step.logits,
+            };
             token = match round.mode {
                 DraftMode::Sampled => {
-                    let rows = HostRows::read(
-                        backend,
-                        &step.logits,
-                        round.sampler.options(),
-                        round.position,
-                    )?;
+                    let rows =
+                        HostRows::read(backend, &logits, round.sampler.options(), round.position)?;
                     let q = round.sampler.distribution_of(rows.row(0), &host)?;
                     let id = round.sampler.sample(&q);
+                    if let Some(guide) = round.guide.as_deref_mut() {
+                        if !guide.push(id)? {
+                            break;
+                        }
+                    }
                     host.push(id);
                     dists.push(q);
                     backend.from_u32(&[id], &[1, 1])?
                 }
                 DraftMode::Greedy => {
-                    let id = backend.reshape(&backend.argmax(&step.logits, 2)?, &[1, 1])?;
-                    if round.overlap {
+                    let id = backend.reshape(&backend.argmax(&logits, 2)?, &[1, 1])?;
+                    if let Some(guide) = round.guide.as_deref_mut() {
+                        // The guide needs each draft on the host to mask the next step.
+                        let read = backend.to_vec_u32(&id)?;
+                        let Some(&chosen) = read.first() else {
+                            break;
+                        };
+                        if !guide.push(chosen)? {
+                            break;
+                        }
+                        host.push(chosen);
+                    } else if round.overlap {
                         backend.async_eval(&[&id, &hidden])?;
                     }
                     id
@@ -88,9 +113,10 @@ impl<B: Backend, D: MtpDrafter<B>> ProposerRun<B> for ChainRun<'_, D> {
         let refs: Vec<&B::Array> = arrays.iter().collect();
         let tokens = backend.concat(&refs, 1)?;
         let sampled = round.mode == DraftMode::Sampled;
+        let on_host = sampled || round.guide.is_some();
         Ok(Some(Draft {
             tokens,
-            host: sampled.then_some(host),
+            host: on_host.then_some(host),
             dists: sampled.then_some(dists),
         }))
     }

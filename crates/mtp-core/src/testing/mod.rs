@@ -14,6 +14,8 @@
 //!   hidden it is given, so its drafts are right only when the engine conditions it on the
 //!   hidden at the last kept position;
 //! * [`SerialOnlyCache`] — a full cache that refuses speculation, to exercise serial fallback.
+//! * [`TokenGrammar`] — a finite automaton over token ids, the constraint of the
+//!   constrained-decoding tests (random grammars from a seed).
 //!
 //! [`Backend`]: crate::Backend
 
@@ -21,9 +23,11 @@ mod drafters;
 mod keyed;
 mod serial_only;
 mod tiny_target;
+mod token_grammar;
 mod weights;
 
 pub use drafters::{ScriptedDrafter, TinyDrafter, TinyDrafterConfig};
 pub use keyed::HiddenKeyedDrafter;
 pub use serial_only::SerialOnlyCache;
 pub use tiny_target::{CacheFlavor, LayerKind, TinyConfig, TinyTarget};
+pub use token_grammar::TokenGrammar;

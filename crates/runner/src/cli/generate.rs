@@ -154,6 +154,7 @@ fn run_on<B: Backend>(
             Some(top) => LogprobsRequest::Top(top),
             None => LogprobsRequest::None,
         },
+        constraint: None,
     };
     let mode = pipeline
         .engine()

@@ -232,6 +232,7 @@ impl AppState {
                     Some(top) => LogprobsRequest::Top(top),
                     None => LogprobsRequest::None,
                 },
+                constraint: None,
             },
             stop,
             // Cancelled by the client going away, or by the end of the shutdown grace period

@@ -157,6 +157,7 @@ impl<'a> Workload<'a> {
             eos: self.eos.clone(),
             draft: variant.overrides(),
             logprobs: LogprobsRequest::None,
+            constraint: None,
         }
     }
 }

@@ -115,6 +115,7 @@ mod tests {
             speculation_off: None,
             context_full: false,
             logprobs: Vec::new(),
+            constraint_complete: None,
         }
     }
 
