@@ -252,7 +252,7 @@ impl Constraint for DeadEndRun {
     fn forced(&mut self) -> Result<Vec<u32>, mtp_core::CoreError> {
         Ok(Vec::new())
     }
-    fn is_complete(&self) -> bool {
+    fn is_complete(&mut self) -> bool {
         false
     }
 }

@@ -21,7 +21,10 @@
 //!   HTTP APIs over a worker thread that owns the models;
 //! * [`hub`] — models named by Hugging Face repo id, from the local HF cache (downloaded with the
 //!   `hf-hub` feature);
-//! * [`sampling_defaults`] — a model's default sampling settings (`generation_config.json`).
+//! * [`sampling_defaults`] — a model's default sampling settings (`generation_config.json`);
+//! * `structured` (cargo feature `structured`, on by default) — structured outputs and tool
+//!   calls: JSON schemas, regular expressions and Lark grammars as constraints on the
+//!   generated text (llguidance over the model's tokenizer).
 //!
 //! Cargo features: `candle` (default) adds the candle backend (re-exported as
 //! [`backend_candle`] when enabled), with `metal`, `cuda`, `accelerate` and `mkl` passed
@@ -46,6 +49,8 @@ pub mod sampling_defaults;
 pub mod schedule_store;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "structured")]
+pub mod structured;
 pub mod tokenizer;
 
 #[cfg(feature = "candle")]

@@ -49,6 +49,10 @@ pub enum PipelineError {
     /// The prompt has no tokens.
     #[error("the prompt is empty: give some text")]
     EmptyPrompt,
+    /// A structured-output format could not be compiled for this model.
+    #[cfg(feature = "structured")]
+    #[error(transparent)]
+    Structured(#[from] crate::structured::StructuredError),
     /// The prompt does not fit the context.
     #[error(
         "the prompt has {prompt} tokens but at most {} fit: the model's context holds \
@@ -196,6 +200,9 @@ pub struct Pipeline<B: Backend> {
     tokenizer: Tokenizer,
     /// The adaptive schedule's state, learned across this pair's requests.
     schedules: ScheduleMemory,
+    /// The grammar engine's view of the vocabulary, built on the first structured request.
+    #[cfg(feature = "structured")]
+    grammar_vocabulary: std::sync::OnceLock<crate::structured::GrammarVocabulary>,
 }
 
 impl<B: Backend> std::fmt::Debug for Pipeline<B> {
@@ -312,7 +319,34 @@ impl<B: Backend> Pipeline<B> {
             ngram: None,
             tokenizer,
             schedules: ScheduleMemory::new(),
+            #[cfg(feature = "structured")]
+            grammar_vocabulary: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The grammar engine's view of this model's vocabulary (built on first use, about a
+    /// second for a 262k-token vocabulary, then kept).
+    #[cfg(feature = "structured")]
+    pub fn grammar_vocabulary(
+        &self,
+    ) -> Result<&crate::structured::GrammarVocabulary, PipelineError> {
+        if let Some(vocabulary) = self.grammar_vocabulary.get() {
+            return Ok(vocabulary);
+        }
+        let built =
+            crate::structured::GrammarVocabulary::new(&self.tokenizer, self.target.vocab_size())?;
+        Ok(self.grammar_vocabulary.get_or_init(|| built))
+    }
+
+    /// `format` compiled for this model, as what a request carries
+    /// ([`GenerateRequest::constraint`]): an error naming the problem when the schema, regex or
+    /// grammar is invalid or unsupported.
+    #[cfg(feature = "structured")]
+    pub fn constraint(
+        &self,
+        format: &crate::structured::OutputFormat,
+    ) -> Result<mtp_core::constraint::ConstraintSource, PipelineError> {
+        Ok(self.grammar_vocabulary()?.compile(format)?.source())
     }
 
     /// Draft with prompt lookup ([`NgramProposer`]) matching `options`' n-gram sizes, or not

@@ -61,7 +61,7 @@ pub trait Constraint {
 
     /// Whether the text so far is a complete sentence of the grammar (generation may end
     /// here).
-    fn is_complete(&self) -> bool;
+    fn is_complete(&mut self) -> bool;
 }
 
 /// Starts one [`Constraint`] per generation.

@@ -53,11 +53,6 @@ impl ActiveConstraint {
             ))
         }
     }
-
-    /// Whether the text so far is complete.
-    pub fn is_complete(&self) -> bool {
-        self.inner.is_complete()
-    }
 }
 
 impl Constraint for ActiveConstraint {
@@ -114,7 +109,7 @@ impl Constraint for ActiveConstraint {
         self.inner.forced()
     }
 
-    fn is_complete(&self) -> bool {
+    fn is_complete(&mut self) -> bool {
         self.inner.is_complete()
     }
 }

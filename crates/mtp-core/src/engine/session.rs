@@ -425,12 +425,12 @@ impl<'s, B: Backend> Session<'s, B> {
         Ok(next)
     }
 
-    pub fn into_response(self, mode: DecodeMode, mtp: Option<MtpStats>) -> Response {
+    pub fn into_response(mut self, mode: DecodeMode, mtp: Option<MtpStats>) -> Response {
         let eval_duration = self.first_token_at.map_or(Duration::ZERO, |t| t.elapsed());
         let generated = self.tokens.len();
         let done_reason = self.done.unwrap_or(DoneReason::Length);
         let context_full = done_reason == DoneReason::Length && self.budget < self.num_predict;
-        let constraint_complete = self.constraint.as_ref().map(|c| c.is_complete());
+        let constraint_complete = self.constraint.as_mut().map(|c| c.is_complete());
         Response {
             tokens: self.tokens,
             done_reason,

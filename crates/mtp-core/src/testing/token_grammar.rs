@@ -203,7 +203,7 @@ impl Constraint for GrammarRun {
         Ok(forced)
     }
 
-    fn is_complete(&self) -> bool {
+    fn is_complete(&mut self) -> bool {
         self.state().is_none_or(|s| self.grammar.accepting[s])
     }
 }

@@ -80,6 +80,9 @@ pub struct GenerateArgs {
     /// `schedules/`); what this run learns is kept all the same.
     #[arg(long, help_heading = "Speculative decoding")]
     pub forget_schedule: bool,
+    /// Structured output (a grammar on the generated text).
+    #[command(flatten)]
+    pub structured: super::format_args::FormatArgs,
     /// Output format.
     #[command(flatten)]
     pub output: OutputArgs,

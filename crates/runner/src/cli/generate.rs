@@ -154,7 +154,10 @@ fn run_on<B: Backend>(
             Some(top) => LogprobsRequest::Top(top),
             None => LogprobsRequest::None,
         },
-        constraint: None,
+        constraint: match args.structured.output_format()? {
+            Some(format) => Some(pipeline.constraint(&format)?),
+            None => None,
+        },
     };
     let mode = pipeline
         .engine()

@@ -8,6 +8,7 @@ pub mod backend;
 pub mod bench;
 pub mod bench_batch;
 pub mod console;
+pub mod format_args;
 pub mod generate;
 pub mod load_plan;
 pub mod logging;

@@ -167,6 +167,11 @@ pub fn summary(response: &Response, run: &RunInfo<'_>) -> String {
     } else {
         serde_plain(&response.done_reason)
     };
+    let done = if response.constraint_complete == Some(false) {
+        format!("{done} (the structured output is incomplete: its grammar is still open)")
+    } else {
+        done
+    };
     s.push_str(&format!(
         "generated: {}; done: {done}; mode: {}; backend: {}",
         timed(response.eval_count, eval_secs),
@@ -210,6 +215,13 @@ fn mtp_summary(m: &MtpStats) -> String {
         m.mean_accepted(),
         m.mean_draft(),
     );
+    if m.forced > 0 || m.cut > 0 {
+        s.push_str(&format!(
+            "mtp: grammar: {} of the drafts forced by it (no proposer call), {} accepted; {} \
+             drafts cut where it forbade them\n",
+            m.forced, m.forced_accepted, m.cut
+        ));
+    }
     if !m.per_position.is_empty() {
         let positions: Vec<String> = m
             .per_position

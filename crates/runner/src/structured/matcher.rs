@@ -1,0 +1,124 @@
+//! A compiled grammar as the engine's constraint: one llguidance `Matcher` per generation.
+
+use std::sync::Arc;
+
+use llguidance::api::{StopReason, TopLevelGrammar};
+use llguidance::{Matcher, ParserFactory};
+use mtp_core::constraint::{Constraint, ConstraintFactory, ConstraintSource, TokenMask};
+use mtp_core::CoreError;
+
+/// A grammar compiled for one model's vocabulary (see
+/// [`GrammarVocabulary::compile`](super::GrammarVocabulary::compile)); each generation gets a
+/// fresh matcher from it.
+#[derive(Clone)]
+pub struct GrammarConstraint {
+    factory: Arc<ParserFactory>,
+    grammar: TopLevelGrammar,
+    vocab: usize,
+}
+
+impl std::fmt::Debug for GrammarConstraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrammarConstraint")
+            .field("vocab", &self.vocab)
+            .finish()
+    }
+}
+
+impl GrammarConstraint {
+    pub(super) fn new(factory: Arc<ParserFactory>, grammar: TopLevelGrammar, vocab: usize) -> Self {
+        Self {
+            factory,
+            grammar,
+            vocab,
+        }
+    }
+
+    /// This grammar as what a request carries
+    /// ([`GenerateRequest::constraint`](mtp_core::engine::GenerateRequest)).
+    pub fn source(self) -> ConstraintSource {
+        ConstraintSource::new(self)
+    }
+}
+
+impl ConstraintFactory for GrammarConstraint {
+    fn start(&self, vocab: usize) -> Result<Box<dyn Constraint>, CoreError> {
+        if vocab != self.vocab {
+            return Err(CoreError::Constraint(format!(
+                "a grammar compiled for a vocabulary of {} tokens used with {vocab}",
+                self.vocab
+            )));
+        }
+        let parser = self.factory.create_parser(self.grammar.clone());
+        let matcher = Matcher::new(parser);
+        if let Some(e) = matcher.get_error() {
+            return Err(CoreError::Constraint(e));
+        }
+        Ok(Box::new(MatcherConstraint { matcher, vocab }))
+    }
+}
+
+/// One generation's matcher.
+struct MatcherConstraint {
+    matcher: Matcher,
+    vocab: usize,
+}
+
+impl MatcherConstraint {
+    fn failed(&self, e: impl std::fmt::Display) -> CoreError {
+        CoreError::Constraint(match self.matcher.get_error() {
+            Some(inner) => format!("{e} ({inner})"),
+            None => e.to_string(),
+        })
+    }
+}
+
+impl Constraint for MatcherConstraint {
+    fn mask(&mut self) -> Result<TokenMask, CoreError> {
+        if self.matcher.is_stopped() {
+            return Ok(TokenMask::none(self.vocab));
+        }
+        let mask = self.matcher.compute_mask().map_err(|e| self.failed(e))?;
+        Ok(TokenMask::from_words(mask.as_slice().to_vec(), self.vocab))
+    }
+
+    fn advance(&mut self, ids: &[u32]) -> Result<(), CoreError> {
+        let taken = self
+            .matcher
+            .try_consume_tokens(ids)
+            .map_err(|e| self.failed(e))?;
+        if taken < ids.len() {
+            self.matcher.rollback(taken).map_err(|e| self.failed(e))?;
+            return Err(CoreError::Constraint(format!(
+                "token {} is not allowed by the grammar here",
+                ids[taken]
+            )));
+        }
+        Ok(())
+    }
+
+    fn rollback(&mut self, n: usize) -> Result<(), CoreError> {
+        self.matcher.rollback(n).map_err(|e| self.failed(e))
+    }
+
+    fn forced(&mut self) -> Result<Vec<u32>, CoreError> {
+        if self.matcher.is_stopped() {
+            return Ok(Vec::new());
+        }
+        let forced = self.matcher.compute_ff_tokens();
+        if let Some(e) = self.matcher.get_error() {
+            return Err(CoreError::Constraint(e));
+        }
+        Ok(forced)
+    }
+
+    fn is_complete(&mut self) -> bool {
+        match self.matcher.stop_reason() {
+            StopReason::NotStopped => self.matcher.is_accepting().unwrap_or(false),
+            StopReason::NoExtension | StopReason::NoExtensionBias | StopReason::EndOfSentence => {
+                true
+            }
+            _ => false,
+        }
+    }
+}
