@@ -101,6 +101,12 @@ impl EngineHandle for Recording {
     fn queue_depth(&self) -> usize {
         self.inner.queue_depth()
     }
+    fn constraint(
+        &self,
+        format: &runner::structured::OutputFormat,
+    ) -> Result<mtp_core::constraint::ConstraintSource, runner::structured::StructuredError> {
+        self.inner.constraint(format)
+    }
 }
 
 struct Server {
@@ -360,7 +366,7 @@ fn errors_come_in_each_apis_shape() {
         let bad = Request::builder().method("POST").uri("/v1/completions").body(Body::from("{not json")).unwrap();
         let resp = r.clone().oneshot(bad).await.unwrap();
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-        ollama_err(call(r, "POST", "/api/generate", Some(json!({"model": NAME, "prompt": "x", "format": "json"}))).await,
+        ollama_err(call(r, "POST", "/api/generate", Some(json!({"model": NAME, "prompt": "x", "format": 42}))).await,
             StatusCode::BAD_REQUEST, "format");
         ollama_err(call(r, "POST", "/api/generate", Some(json!({"model": NAME, "prompt": "x", "options": {"temperature": -1}}))).await,
             StatusCode::BAD_REQUEST, "temperature");

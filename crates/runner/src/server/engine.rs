@@ -14,7 +14,9 @@ use mtp_core::schedule::DraftingOff;
 use tokio::sync::mpsc;
 
 pub use crate::logprobs::TokenLogprob;
+use crate::structured::{OutputFormat, StructuredError};
 use crate::tokenizer::{ChatTemplate, Tokenizer};
+use mtp_core::constraint::ConstraintSource;
 
 /// What the server says about the loaded model pair.
 #[derive(Debug, Clone)]
@@ -23,6 +25,8 @@ pub struct ModelInfo {
     pub name: String,
     /// The longest sequence (prompt + generated tokens) the target accepts.
     pub max_context: usize,
+    /// The target's vocabulary (its logits' width).
+    pub vocab: usize,
     /// Whether an MTP drafter is loaded.
     pub drafter: bool,
     /// The backend's name.
@@ -53,6 +57,12 @@ pub struct GenerationJob {
 }
 
 impl GenerationJob {
+    /// The same job with `constraint` on its generated text (`None`: free text).
+    pub fn constrained(mut self, constraint: Option<ConstraintSource>) -> Self {
+        self.request.constraint = constraint;
+        self
+    }
+
     /// Whether the tokens' log-probabilities are asked for (`request.logprobs`).
     pub fn with_logprobs(&self) -> bool {
         self.request.logprobs.top().is_some()
@@ -129,6 +139,9 @@ pub struct Finished {
     pub eval_duration: Duration,
     /// Speculative statistics (MTP modes only).
     pub mtp: Option<MtpStats>,
+    /// With a structured output: whether its grammar was complete when generation ended
+    /// (`false`: a length limit cut it, the text does not parse); `None` without one.
+    pub structured_complete: Option<bool>,
 }
 
 impl Finished {
@@ -143,6 +156,7 @@ impl Finished {
             prompt_eval_duration: Duration::ZERO,
             eval_duration: Duration::ZERO,
             mtp: None,
+            structured_complete: None,
         }
     }
 
@@ -168,6 +182,7 @@ impl Finished {
             prompt_eval_duration: response.prompt_eval_duration,
             eval_duration: response.eval_duration,
             mtp: response.mtp,
+            structured_complete: response.constraint_complete,
         }
     }
 }
@@ -202,4 +217,8 @@ pub trait EngineHandle: Send + Sync + 'static {
     async fn submit(&self, job: GenerationJob) -> Result<EventReceiver, SubmitError>;
     /// Jobs waiting in the queue (not counting the running one).
     fn queue_depth(&self) -> usize;
+    /// `format` compiled for the loaded model (the vocabulary is built on first use): what a
+    /// structured-output request carries; an error naming the problem for an invalid or
+    /// unsupported schema, regex or grammar.
+    fn constraint(&self, format: &OutputFormat) -> Result<ConstraintSource, StructuredError>;
 }

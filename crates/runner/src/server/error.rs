@@ -34,6 +34,8 @@ pub struct ApiError {
     status: StatusCode,
     message: String,
     code: Option<&'static str>,
+    /// The request field at fault (OpenAI's `param`).
+    param: Option<String>,
     retry_after: Option<u32>,
 }
 
@@ -45,8 +47,15 @@ impl ApiError {
             status,
             message: message.into(),
             code: None,
+            param: None,
             retry_after: None,
         }
+    }
+
+    /// The request field at fault (OpenAI's `param`; ollama's errors name it in the message).
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
+        self
     }
 
     /// 400: the request is malformed or asks for something unsupported.
@@ -104,7 +113,7 @@ impl IntoResponse for ApiError {
                 "error": {
                     "message": self.message,
                     "type": self.openai_type(),
-                    "param": null,
+                    "param": self.param,
                     "code": self.code,
                 }
             }),

@@ -33,6 +33,7 @@ mod openai_types;
 mod request;
 mod stop;
 mod stream;
+mod structured;
 mod worker;
 
 use std::future::Future;

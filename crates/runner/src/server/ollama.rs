@@ -26,6 +26,7 @@ use super::ollama_types::{
 };
 use super::request::{in_range, top_logprobs, AppState};
 use super::stream;
+use super::structured::{incomplete, ollama_format};
 use crate::tokenizer::{ChatMessage, ChatOptions};
 
 const API: Api = Api::Ollama;
@@ -93,16 +94,7 @@ fn num_predict(options: &Options) -> Option<usize> {
     options.num_predict.and_then(|n| usize::try_from(n).ok())
 }
 
-fn refuse_unsupported(
-    format: &Option<serde_json::Value>,
-    think: &Option<serde_json::Value>,
-) -> Result<(), ApiError> {
-    if format.as_ref().is_some_and(|f| !f.is_null() && f != "") {
-        return Err(ApiError::bad_request(
-            API,
-            "`format` (JSON or schema-constrained output) is not supported yet",
-        ));
-    }
+fn refuse_unsupported(think: &Option<serde_json::Value>) -> Result<(), ApiError> {
     if think.as_ref().is_some_and(|t| t != false && !t.is_null()) {
         return Err(ApiError::bad_request(API, "`think` is not supported yet"));
     }
@@ -133,7 +125,8 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Resp
     let started = std::time::Instant::now();
     let mut body: GenerateBody = parse(API, &body)?;
     state.check_model(API, &body.model)?;
-    refuse_unsupported(&body.format, &body.think)?;
+    refuse_unsupported(&body.think)?;
+    let format = ollama_format(body.format.as_ref())?;
     let logprobs = top_logprobs(API, body.logprobs, Some(body.top_logprobs))?;
     if body.images.as_ref().is_some_and(|i| !i.is_empty()) {
         return Err(ApiError::bad_request(
@@ -187,7 +180,8 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Resp
             .chat_prompt(API, messages, ChatOptions::default())
             .await?
     };
-    let job = job(&state, prompt, &options, logprobs)?;
+    let constraint = state.constraint(API, "format", format).await?;
+    let job = job(&state, prompt, &options, logprobs)?.constrained(constraint);
     let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| GenerateChunk {
         model: name.clone(),
         created_at: now_rfc3339(),
@@ -203,7 +197,8 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
     let started = std::time::Instant::now();
     let body: ChatBody = parse(API, &body)?;
     state.check_model(API, &body.model)?;
-    refuse_unsupported(&body.format, &body.think)?;
+    refuse_unsupported(&body.think)?;
+    let format = ollama_format(body.format.as_ref())?;
     let logprobs = top_logprobs(API, body.logprobs, Some(body.top_logprobs))?;
     if body.tools.as_ref().is_some_and(|t| !t.is_empty()) {
         return Err(ApiError::bad_request(
@@ -244,7 +239,8 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
     let prompt = state
         .chat_prompt(API, messages, ChatOptions::default())
         .await?;
-    let job = job(&state, prompt, &options, logprobs)?;
+    let constraint = state.constraint(API, "format", format).await?;
+    let job = job(&state, prompt, &options, logprobs)?.constrained(constraint);
     let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| ChatChunk {
         model: name.clone(),
         created_at: now_rfc3339(),
@@ -265,6 +261,7 @@ impl Tail {
             done_reason: done.map(|(d, _)| d.reason.ollama().to_string()),
             metrics: done.map(|(d, total)| metrics(d, total)),
             mtp: done.and_then(|(d, _)| d.mtp.clone()),
+            structured_output: done.and_then(|(d, _)| incomplete(d)),
         }
     }
 

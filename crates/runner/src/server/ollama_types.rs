@@ -137,6 +137,10 @@ pub struct Tail {
     /// Speculative statistics (drafted, accepted, per-position acceptance); not in ollama.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mtp: Option<MtpStats>,
+    /// `"incomplete"` when a structured output's grammar was still open as generation ended
+    /// (`done_reason` is then `length` and the text does not parse); not in ollama.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<&'static str>,
 }
 
 /// One object of a `/api/generate` stream (or the whole answer with `"stream": false`).

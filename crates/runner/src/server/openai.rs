@@ -24,6 +24,7 @@ use super::openai_types::{
 };
 use super::request::{in_range, top_logprobs, AppState};
 use super::stream;
+use super::structured::{incomplete, openai_response_format};
 use crate::tokenizer::{ChatContent, ChatMessage, ChatOptions};
 
 const API: Api = Api::OpenAi;
@@ -69,17 +70,6 @@ fn refuse_unsupported(c: &Common) -> Result<(), ApiError> {
         return Err(ApiError::bad_request(
             API,
             "tools (function calling) are not supported",
-        ));
-    }
-    let format = c
-        .response_format
-        .as_ref()
-        .and_then(|f| f.get("type"))
-        .and_then(|t| t.as_str());
-    if format.is_some_and(|t| t != "text") {
-        return Err(ApiError::bad_request(
-            API,
-            "response_format (JSON output) is not supported yet",
         ));
     }
     if c.logit_bias
@@ -192,6 +182,7 @@ impl<C> Completion<C> {
     fn finished(mut self, done: &Finished) -> Self {
         self.usage = Some(usage(done));
         self.mtp = done.mtp.clone();
+        self.structured_output = incomplete(done);
         self
     }
 }
@@ -218,6 +209,7 @@ pub async fn chat_completions(
     let c = &body.common;
     state.check_model(API, &c.model)?;
     refuse_unsupported(c)?;
+    let format = openai_response_format(c.response_format.as_ref())?;
     if body.messages.is_empty() {
         return Err(ApiError::bad_request(API, "messages must not be empty"));
     }
@@ -247,7 +239,8 @@ pub async fn chat_completions(
     let prompt = state
         .chat_prompt(API, messages, ChatOptions::default())
         .await?;
-    let job = job(&state, c, prompt, Endpoint::Chat)?;
+    let constraint = state.constraint(API, "response_format", format).await?;
+    let job = job(&state, c, prompt, Endpoint::Chat)?.constrained(constraint);
     let with_logprobs = job.with_logprobs();
     let name = state.engine.model().name.clone();
     let id = request_id("chatcmpl");
@@ -261,6 +254,7 @@ pub async fn chat_completions(
         choices,
         usage: None,
         mtp: None,
+        structured_output: None,
     };
     if !c.stream.unwrap_or(false) {
         let all = run(&state, job).await?;
@@ -350,6 +344,7 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
     let c = &body.common;
     state.check_model(API, &c.model)?;
     refuse_unsupported(c)?;
+    let format = openai_response_format(c.response_format.as_ref())?;
     if body.echo == Some(true) {
         return Err(ApiError::bad_request(API, "echo is not supported"));
     }
@@ -367,7 +362,8 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
         ));
     };
     let prompt = state.raw_prompt(API, prompt).await?;
-    let job = job(&state, c, prompt, Endpoint::Completions)?;
+    let constraint = state.constraint(API, "response_format", format).await?;
+    let job = job(&state, c, prompt, Endpoint::Completions)?.constrained(constraint);
     let with_logprobs = job.with_logprobs();
     let name = state.engine.model().name.clone();
     let id = request_id("cmpl");
@@ -381,6 +377,7 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
         choices,
         usage: None,
         mtp: None,
+        structured_output: None,
     };
     let choice = |text: String, logprobs, finish| TextChoice {
         index: 0,

@@ -164,4 +164,8 @@ pub struct Completion<C> {
     /// Speculative statistics of the generation; not in OpenAI's API.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mtp: Option<MtpStats>,
+    /// `"incomplete"` when a structured output's grammar was still open as generation ended
+    /// (`finish_reason` is then `length` and the text does not parse); not in OpenAI's API.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<&'static str>,
 }

@@ -133,7 +133,7 @@ impl AppState {
     /// Runs `work` (template rendering, tokenization: CPU work that grows with the body) on
     /// tokio's blocking threads, at most [`TOKENIZING_AT_ONCE`] at a time, so that a few large
     /// prompts never stall the streams the async threads are serving.
-    async fn off_runtime<T: Send + 'static>(
+    pub(super) async fn off_runtime<T: Send + 'static>(
         &self,
         api: Api,
         work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,

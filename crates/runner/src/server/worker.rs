@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
+use mtp_core::constraint::ConstraintSource;
 use mtp_core::engine::batch::{self, BatchOptions};
 use mtp_core::engine::{DoneReason, Engine, PrefixCache, PrefixReuse, ScoredSink, SinkFlow};
 use mtp_core::sampling::TokenLogprobs;
@@ -20,6 +21,7 @@ use super::engine::{
 use super::metrics;
 use super::stop::StopMatcher;
 use crate::logprobs::TokenLogprob;
+use crate::structured::{GrammarVocabulary, OutputFormat, StructuredError};
 use crate::tokenizer::{ChatTemplate, Tokenizer};
 use crate::{ModelPaths, Pipeline};
 
@@ -73,6 +75,8 @@ pub struct WorkerEngine {
     queue: mpsc::Sender<Queued>,
     waiting: Arc<AtomicUsize>,
     depth: usize,
+    /// The grammar engine's vocabulary, built on the first structured-output request.
+    grammar: std::sync::OnceLock<GrammarVocabulary>,
 }
 
 impl std::fmt::Debug for WorkerEngine {
@@ -87,7 +91,16 @@ impl std::fmt::Debug for WorkerEngine {
 /// An error while starting the worker.
 pub type StartError = Box<dyn std::error::Error + Send + Sync>;
 
-type Ready = Result<(Tokenizer, usize, bool, String), StartError>;
+/// What the worker reports once the pair is loaded.
+struct Loaded {
+    tokenizer: Tokenizer,
+    max_context: usize,
+    vocab: usize,
+    drafter: bool,
+    backend: String,
+}
+
+type Ready = Result<Loaded, StartError>;
 
 /// The worker thread's side of start-up: [`WorkerSeat::run`] with the loaded pipeline (or
 /// [`WorkerSeat::fail`]) reports to [`WorkerEngine::spawn`] and then serves the queue.
@@ -107,12 +120,13 @@ impl WorkerSeat {
             Ok(p) => p,
             Err(e) => return self.fail(e),
         };
-        let info = (
-            pipeline.tokenizer().clone(),
-            pipeline.max_context(),
-            pipeline.drafter().is_some(),
-            pipeline.backend().name(),
-        );
+        let info = Loaded {
+            tokenizer: pipeline.tokenizer().clone(),
+            max_context: pipeline.max_context(),
+            vocab: mtp_core::model::TargetModel::vocab_size(pipeline.target()),
+            drafter: pipeline.drafter().is_some(),
+            backend: pipeline.backend().name(),
+        };
         if self.ready.send(Ok(info)).is_err() {
             return;
         }
@@ -155,7 +169,13 @@ impl WorkerEngine {
         std::thread::Builder::new()
             .name("mtp-engine".into())
             .spawn(move || body(seat))?;
-        let (tokenizer, max_context, drafter, backend) = ready_rx
+        let Loaded {
+            tokenizer,
+            max_context,
+            vocab,
+            drafter,
+            backend,
+        } = ready_rx
             .recv()
             .map_err(|_| "the model worker stopped while loading")??;
         let template = tokenizer.chat_template().map_err(|e| e.to_string());
@@ -163,6 +183,7 @@ impl WorkerEngine {
         let model = ModelInfo {
             name: options.name,
             max_context,
+            vocab,
             drafter,
             backend,
             facts,
@@ -176,6 +197,7 @@ impl WorkerEngine {
             queue,
             waiting,
             depth,
+            grammar: std::sync::OnceLock::new(),
         })
     }
 }
@@ -217,6 +239,17 @@ impl EngineHandle for WorkerEngine {
                 })
             }
         }
+    }
+
+    fn constraint(&self, format: &OutputFormat) -> Result<ConstraintSource, StructuredError> {
+        let vocabulary = match self.grammar.get() {
+            Some(v) => v,
+            None => {
+                let built = GrammarVocabulary::new(&self.tokenizer, self.model.vocab)?;
+                self.grammar.get_or_init(|| built)
+            }
+        };
+        Ok(vocabulary.compile(format)?.source())
     }
 
     fn queue_depth(&self) -> usize {
