@@ -1,13 +1,16 @@
 //! The engine on the backend, with the tiny test models of [`mtp_core::testing`]: greedy MTP
 //! emits exactly the plain greedy tokens under batched, serial and compare-serial validation;
-//! the backend's greedy tokens and prompt logits agree with the reference backend's.
+//! the backend's greedy tokens and prompt logits agree with the reference backend's; under a
+//! constraint (a token grammar), greedy MTP still emits constrained plain decoding's tokens,
+//! and those of the reference backend.
 
+use mtp_core::constraint::ConstraintSource;
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, EnvLookup, GenerateRequest};
 use mtp_core::model::TargetModel;
 use mtp_core::options::{DraftOverrides, ValidationMode};
 use mtp_core::reference::ReferenceBackend;
 use mtp_core::testing::{
-    CacheFlavor, LayerKind, TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget,
+    CacheFlavor, LayerKind, TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget, TokenGrammar,
 };
 use mtp_core::Backend;
 
@@ -76,9 +79,20 @@ fn greedy_runs<X: Backend>(
     drafter: &TinyDrafterConfig,
     prompt: &[u32],
 ) -> Result<Vec<Vec<u32>>, X::Error> {
+    constrained_runs(b, (target, drafter), prompt, None)
+}
+
+/// [`greedy_runs`] with every token chosen under `constraint` (`None`: free text).
+fn constrained_runs<X: Backend>(
+    b: &X,
+    (target, drafter): (&TinyConfig, &TinyDrafterConfig),
+    prompt: &[u32],
+    constraint: Option<ConstraintSource>,
+) -> Result<Vec<Vec<u32>>, X::Error> {
     let target = TinyTarget::new(b, target.clone())?;
     let drafter = TinyDrafter::new(b, &target, drafter.clone())?;
     let mut request = GenerateRequest::greedy(prompt.to_vec(), 20);
+    request.constraint = constraint;
     let plain = Engine::new(b, &target).with_env(no_env()).generate(
         &request,
         &mut DiscardSink,
@@ -163,6 +177,47 @@ pub fn greedy_tokens_match_reference<B: Backend>(backend: &B) -> Result<(), Suit
                         detail: format!(
                             "model seed {}, prompt {prompt:?}: {o:?} vs {t:?}",
                             target.seed
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Under a constraint (random token grammars, forced runs and choices; fresh per model), greedy
+/// MTP emits constrained plain decoding's tokens under every validation mode, and the backend's
+/// tokens equal the reference backend's: the logits mask, the per-row masks of a verification
+/// forward and the forced drafts behave the same on every backend.
+pub fn constrained_greedy_matches_reference<B: Backend>(backend: &B) -> Result<(), SuiteError> {
+    let reference = ReferenceBackend::new();
+    for (target, drafter) in models() {
+        let vocab = target.vocab as u32;
+        for (i, prompt) in PROMPTS.iter().enumerate() {
+            let grammar = TokenGrammar::random(target.seed * 7 + i as u64, vocab, 6, None);
+            let source = ConstraintSource::new(grammar);
+            let what = || format!("constrained greedy decode, model seed {}", target.seed);
+            let runs = (&target, &drafter);
+            let ours = backend_err(
+                backend,
+                what,
+                constrained_runs(backend, runs, prompt, Some(source.clone())),
+            )?;
+            let theirs = reference_err(
+                what,
+                constrained_runs(&reference, runs, prompt, Some(source)),
+            )?;
+            for (mode, (o, t)) in MODES.iter().zip(ours.iter().zip(&theirs)) {
+                if o != &ours[0] || o != t {
+                    return Err(SuiteError::Mismatch {
+                        backend: backend.name(),
+                        check: format!(
+                            "constrained greedy ({mode}) vs constrained plain and the reference"
+                        ),
+                        detail: format!(
+                            "model seed {}, prompt {prompt:?}: {o:?}, plain {:?}, reference {t:?}",
+                            target.seed, ours[0]
                         ),
                     });
                 }

@@ -24,7 +24,7 @@ use runner::server::{
 use runner::tokenizer::{ChatMessage, ChatOptions, ChatTemplate, Tokenizer};
 use runner::{Pipeline, PromptFormat};
 use serde_json::{json, Value};
-use server_support::{batched_worker, call, pair, worker, NAME};
+use server_support::{batched_worker, call, json_of, pair, runtime, worker, NAME};
 use tower::ServiceExt;
 
 const PROMPT: &str = "In the beginning God created";
@@ -135,18 +135,6 @@ fn start_parallel(config: ServerConfig, queue: usize, parallel: usize) -> Server
 fn shared() -> &'static Server {
     static S: OnceLock<Server> = OnceLock::new();
     S.get_or_init(|| start(ServerConfig::default(), 64))
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn json_of(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 fn ndjson(text: &str) -> Vec<Value> {

@@ -17,7 +17,7 @@ use runner::server::{self, AppState, ServerConfig};
 use runner::structured::OutputFormat;
 use runner::{Pipeline, PromptFormat};
 use serde_json::{json, Value};
-use server_support::{call, pair, worker, NAME};
+use server_support::{call, json_of, pair, runtime, worker, NAME};
 
 const PROMPT: &str = "And God said, ";
 
@@ -52,18 +52,6 @@ fn reference(prompt: &str, format: &OutputFormat, n: usize) -> String {
     p.generate_text(&request, &mut |_| SinkFlow::Continue, &CancelToken::new())
         .unwrap()
         .text
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn json_of(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 fn person() -> Value {

@@ -12,6 +12,7 @@
 use super::session::{check_flags, check_row, first};
 use super::speculative::SpeculativeRun;
 use crate::acceptance::Verdict;
+use crate::constraint::{masked_logits, TokenMask};
 use crate::sampling::Distribution;
 use crate::Backend;
 
@@ -27,11 +28,17 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
     /// The draft ids and the target's greedy choices at rows `0..=k` of `logits` (`[1, k + 1,
     /// v]`, row 0 at position `before`), with the rows themselves when they were read to the
     /// host (penalties); an error when a row's logits are not finite.
+    ///
+    /// `(logits, masks)`: with `masks` (one per row, a constraint's, not yet applied to the
+    /// logits) the unmasked argmax of every row is read first; where a row's choice is not
+    /// allowed by its mask, the rows are masked and read again. An allowed unmasked argmax is
+    /// the masked argmax (the first maximum overall, allowed, is the first allowed maximum), so
+    /// the mask's cost is paid only on the rows where it changes the choice.
     pub(super) fn greedy_choices(
         &self,
         drafts: &B::Array,
         host_drafts: Option<&[u32]>,
-        logits: &B::Array,
+        (logits, masks): (&B::Array, &[TokenMask]),
         before: usize,
     ) -> Result<GreedyChoices, B::Error> {
         let s = &*self.session;
@@ -43,12 +50,31 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
             let (drafts, rest) = read.split_at(k);
             let (targets, flags) = rest.split_at(k + 1);
             check_flags(flags, before)?;
+            let allowed =
+                masks.is_empty() || targets.iter().zip(masks).all(|(&id, mask)| mask.allows(id));
+            let targets = if allowed {
+                targets.to_vec()
+            } else {
+                let masked = masked_logits(backend, logits, masks)?;
+                let (ids, flags) = s.checked_argmax(&masked)?;
+                let read = backend.to_vec_u32(&backend.concat(&[&ids, &flags], 1)?)?;
+                let (targets, flags) = read.split_at(k + 1);
+                check_flags(flags, before)?;
+                targets.to_vec()
+            };
             return Ok(GreedyChoices {
                 drafts: drafts.to_vec(),
-                targets: targets.to_vec(),
+                targets,
                 rows: None,
             });
         }
+        let masked;
+        let logits = if masks.is_empty() {
+            logits
+        } else {
+            masked = masked_logits(backend, logits, masks)?;
+            &masked
+        };
         let drafts = match host_drafts {
             Some(ids) => ids.to_vec(),
             None => backend.to_vec_u32(drafts)?,

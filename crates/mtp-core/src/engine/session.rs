@@ -212,8 +212,26 @@ impl<'s, B: Backend> Session<'s, B> {
     /// With log-probabilities requested, the chosen token's are queued for its emission (read
     /// from the same row; the device-argmax path then also reads the row itself).
     pub fn choose(&mut self, logits: &B::Array) -> Result<u32, B::Error> {
+        let mask = self.current_mask()?;
+        if let Some(mask) = &mask {
+            if self.device_argmax && self.top_logprobs.is_none() {
+                // The unmasked argmax, when allowed, is the masked one: the bias is built only
+                // where the constraint changes the choice.
+                let (ids, flags) = self.checked_argmax(logits)?;
+                let read = self
+                    .backend
+                    .to_vec_u32(&self.backend.concat(&[&ids, &flags], 1)?)?;
+                check_flags(&read[1..], self.position.saturating_sub(1))?;
+                let id = first(read)?;
+                if mask.allows(id) {
+                    self.sampler.commit(&[id]);
+                    self.advance_constraint(&[id])?;
+                    return Ok(id);
+                }
+            }
+        }
         let masked;
-        let logits = match self.current_mask()? {
+        let logits = match mask {
             Some(mask) => {
                 masked = masked_logits(self.backend, logits, &[mask])?;
                 &masked

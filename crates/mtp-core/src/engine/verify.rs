@@ -75,12 +75,19 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
         let out = s.target.forward(backend, &input, before, s.caches)?;
         let logits = s.target.unembed(backend, &out.hidden)?;
         s.target_time += t0.elapsed();
-        let logits = if proposal.masks.is_empty() {
+        // Row i sees the constraint after drafts[..i]. Greedy rounds read the unmasked argmax
+        // first and mask only when a row's choice is not allowed (see `greedy_choices`); the
+        // rest mask every row here.
+        let lazy_mask = self.mode == DecodeMode::GreedyMtp
+            && s.device_argmax()
+            && s.top_logprobs().is_none()
+            && !compare;
+        let logits = if proposal.masks.is_empty() || lazy_mask {
             logits
         } else {
-            // Row i sees the constraint after drafts[..i].
             masked_logits(backend, &logits, &proposal.masks)?
         };
+        let lazy_masks: &[TokenMask] = if lazy_mask { &proposal.masks } else { &[] };
         let k = backend.shape(&proposal.tokens)[1];
 
         let (verdict, drafts, target_ids) = match self.mode {
@@ -125,7 +132,8 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
             }
             _ => {
                 let host = proposal.host.as_deref();
-                let choices = self.greedy_choices(&proposal.tokens, host, &logits, before)?;
+                let choices =
+                    self.greedy_choices(&proposal.tokens, host, (&logits, lazy_masks), before)?;
                 let (drafts, target_ids) = (choices.drafts, choices.targets);
                 let verdict = (self.rules.greedy)(&drafts, &target_ids, self.session.eos)?;
                 check_accepted(&verdict, k)?;

@@ -18,17 +18,19 @@ pub enum FormatChoice {
 #[derive(Debug, Args, Default)]
 #[command(next_help_heading = "Structured output")]
 pub struct FormatArgs {
-    /// Constrain the output to any JSON object.
+    /// Constrain the output to any JSON object [default: free text].
     #[arg(long, value_enum, group = "structured")]
     pub format: Option<FormatChoice>,
     /// Constrain the output to JSON matching this JSON schema: a file, or the schema itself
-    /// when it starts with `{`.
+    /// when it starts with `{` [default: free text].
     #[arg(long, value_name = "FILE|JSON", group = "structured")]
     pub json_schema: Option<String>,
-    /// Constrain the output to text matching this regular expression (the whole text).
+    /// Constrain the output to text matching this regular expression (the whole text)
+    /// [default: free text].
     #[arg(long, value_name = "REGEX", group = "structured")]
     pub regex: Option<String>,
-    /// Constrain the output to a Lark grammar (llguidance's dialect) read from this file.
+    /// Constrain the output to a Lark grammar (llguidance's dialect) read from this file
+    /// [default: free text].
     #[arg(long, value_name = "FILE", group = "structured")]
     pub grammar: Option<std::path::PathBuf>,
 }

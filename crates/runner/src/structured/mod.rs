@@ -13,7 +13,10 @@
 //! Earley parser over a lexer whose token masks are computed from a trie of the vocabulary.
 //! JSON schemas are compiled to grammars with the separators of Python's `json.dumps` (`", "`
 //! and `": "`) and no other whitespace, so a small model cannot wander into endless blank
-//! space and the punctuation between values is forced (drafted for free under speculation).
+//! space and the punctuation between values is forced (drafted for free under speculation); an
+//! object schema that lists `properties` and says nothing of other keys admits no other keys
+//! (`additionalProperties: false`, as llama.cpp's converter — and so ollama — and XGrammar's
+//! strict mode default to).
 
 mod error;
 mod format;

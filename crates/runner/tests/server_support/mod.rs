@@ -102,3 +102,17 @@ pub fn http_get_with(addr: &str, path: &str, headers: &str) -> String {
 pub fn http_get(addr: &str, path: &str) -> String {
     http_get_with(addr, path, "")
 }
+
+/// A small multi-threaded runtime for a test's requests.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// `text` as JSON, or a panic that shows it.
+pub fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}

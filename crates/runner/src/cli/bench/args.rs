@@ -90,6 +90,10 @@ pub struct PlanArgs {
     /// Where to write the JSON report.
     #[arg(long, default_value = "mtp-bench.json", value_name = "PATH")]
     pub json: PathBuf,
+    /// A structured output on every variant (the JSON schema, regex or grammar options):
+    /// plain decode without it is measured too (`plain-free`).
+    #[command(flatten)]
+    pub structured: crate::cli::format_args::FormatArgs,
     /// Smoke test: the first 3 prompts, 8 tokens, 2 repetitions, depths 1-2, 2 cost calls per
     /// width (other plan options are ignored). Numbers from it mean nothing.
     #[arg(long)]

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use mtp_core::constraint::ConstraintSource;
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest, Response};
 use mtp_core::options::{DecodeMode, LogprobsRequest};
 use mtp_core::schedule::{ScheduleKind, ScheduleMemory};
@@ -81,6 +82,10 @@ pub struct Acceptance {
     pub drafted: usize,
     /// Accepted tokens.
     pub accepted: usize,
+    /// Drafted tokens a grammar forced.
+    pub forced: usize,
+    /// Forced tokens accepted.
+    pub forced_accepted: usize,
     /// `per_position[i]` = (rounds that drafted position i + 1, of those accepted there).
     pub per_position: Vec<(usize, usize)>,
 }
@@ -93,6 +98,8 @@ impl Acceptance {
         self.rounds += stats.iterations;
         self.drafted += stats.drafted;
         self.accepted += stats.accepted;
+        self.forced += stats.forced;
+        self.forced_accepted += stats.forced_accepted;
         if self.per_position.len() < stats.per_position.len() {
             self.per_position.resize(stats.per_position.len(), (0, 0));
         }
@@ -132,6 +139,8 @@ pub struct Workload<'a> {
     pub prompt_ids: &'a [Vec<u32>],
     /// Token ids that end a generation (empty when EOS is ignored).
     pub eos: Vec<u32>,
+    /// The structured-output constraint of every variant but `plain-free`.
+    pub constraint: Option<ConstraintSource>,
 }
 
 impl<'a> Workload<'a> {
@@ -145,7 +154,14 @@ impl<'a> Workload<'a> {
             plan,
             prompt_ids,
             eos,
+            constraint: None,
         }
+    }
+
+    /// The same workload with `constraint` on every variant but `plain-free`.
+    pub fn constrained(mut self, constraint: Option<ConstraintSource>) -> Self {
+        self.constraint = constraint;
+        self
     }
 
     /// The request for `variant` on prompt `index`.
@@ -157,7 +173,7 @@ impl<'a> Workload<'a> {
             eos: self.eos.clone(),
             draft: variant.overrides(),
             logprobs: LogprobsRequest::None,
-            constraint: None,
+            constraint: self.constraint.clone().filter(|_| variant.is_constrained()),
         }
     }
 }

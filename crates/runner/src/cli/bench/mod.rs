@@ -106,7 +106,13 @@ fn run_on<B: Backend>(
                 .with_context(|| format!("prompt {} of {}", i + 1, plan.prompts_file.display()))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let work = Workload::new(plan, &prompt_ids, pipeline.tokenizer().eos_ids());
+    let constraint = plan
+        .structured
+        .as_ref()
+        .map(|format| pipeline.constraint(format))
+        .transpose()?;
+    let work =
+        Workload::new(plan, &prompt_ids, pipeline.tokenizer().eos_ids()).constrained(constraint);
 
     let clock = ModelClock::new(plan.model_clock);
     let timed_target = TimedTarget::new(pipeline.target(), &clock, ModelRole::Target);
@@ -165,6 +171,7 @@ fn run_on<B: Backend>(
         sampling: plan.sampling.clone(),
         quick: plan.quick,
         model_clock: plan.model_clock,
+        structured_output: plan.structured.as_ref().map(|f| f.describe()),
     };
     let mut report = Report::build(
         Context { plan, setup },

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
+use runner::structured::OutputFormat;
 use runner::PromptFormat;
 
 use super::args::PlanArgs;
@@ -45,6 +46,8 @@ pub struct Plan {
     pub format: PromptFormat,
     /// Whether each request starts with a new adaptive controller.
     pub fresh_schedules: bool,
+    /// The structured output every variant but `plain-free` is constrained to.
+    pub structured: Option<OutputFormat>,
 }
 
 /// What an EOS token does during the benchmark.
@@ -90,7 +93,11 @@ impl Plan {
         if depths.contains(&0) {
             bail!("--depths must be at least 1 (depth 0 is plain decode, always measured)");
         }
+        let structured = args.structured.output_format()?;
         let mut variants = vec![Variant::PLAIN];
+        if structured.is_some() {
+            variants.push(Variant::new(Decode::Unconstrained));
+        }
         variants.extend(
             schedules
                 .into_iter()
@@ -129,6 +136,7 @@ impl Plan {
                 PromptFormat::Raw
             },
             fresh_schedules: args.fresh_schedules,
+            structured,
         })
     }
 
@@ -212,6 +220,7 @@ mod tests {
             model_clock: ClockMode::Eval,
             format: PromptFormat::Raw,
             fresh_schedules: false,
+            structured: None,
         };
         assert_eq!(plan.order(0), vec![0, 1, 2]);
         assert_eq!(plan.order(1), vec![1, 2, 0]);

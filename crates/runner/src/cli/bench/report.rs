@@ -89,6 +89,8 @@ pub struct Setup {
     pub quick: bool,
     /// How model calls were timed.
     pub model_clock: ClockMode,
+    /// The structured output of every variant but `plain-free` (`null`: free text).
+    pub structured_output: Option<serde_json::Value>,
 }
 
 /// The cost curve.
@@ -150,6 +152,13 @@ pub struct VariantReport {
     pub mean_emitted_per_round: f64,
     /// Accepted ÷ drafted.
     pub acceptance: f64,
+    /// Of the drafted tokens, those a structured output's grammar forced (no proposer call).
+    pub forced: usize,
+    /// Of the forced drafts, those accepted.
+    pub forced_accepted: usize,
+    /// Forced tokens accepted ÷ tokens generated after each prompt's first: the share of the
+    /// output the grammar drafted.
+    pub forced_share: f64,
     /// Acceptance at draft position 1, 2, ... (accepted ÷ drafted there).
     pub per_position_acceptance: Vec<f64>,
     /// Seconds per round outside model calls (round time − target − drafter time), per pass.
@@ -321,11 +330,12 @@ fn variant_report(
     let a = &r.acceptance;
     let rounds = a.rounds as f64;
     let schedule = match r.variant.decode {
-        Decode::Plain => None,
+        Decode::Plain | Decode::Unconstrained => None,
         Decode::Schedule(kind) => Some(kind),
         Decode::Depth(_) => Some(ScheduleKind::Constant),
     };
-    let greedy_match = greedy.then(|| {
+    // Without the constraint the tokens differ by design: no match to report.
+    let greedy_match = (greedy && r.variant.is_constrained()).then(|| {
         plain.is_some_and(|plain| plain.repeatable && r.repeatable && plain.tokens == r.tokens)
     });
     VariantReport {
@@ -347,6 +357,13 @@ fn variant_report(
         mean_accepted: ratio(a.accepted as f64, rounds).unwrap_or(0.0),
         mean_emitted_per_round: ratio((a.accepted + a.rounds) as f64, rounds).unwrap_or(1.0),
         acceptance: ratio(a.accepted as f64, a.drafted as f64).unwrap_or(0.0),
+        forced: a.forced,
+        forced_accepted: a.forced_accepted,
+        forced_share: ratio(
+            a.forced_accepted as f64,
+            r.passes.iter().map(|p| p.decoded).sum::<usize>() as f64,
+        )
+        .unwrap_or(0.0),
         per_position_acceptance: a
             .per_position
             .iter()
@@ -420,6 +437,7 @@ mod tests {
             drafted: 20,
             accepted: 15,
             per_position: vec![(10, 9), (10, 6)],
+            ..Acceptance::default()
         };
         let costs = Costs {
             t_v: vec![Some(1.0), Some(1.1), Some(1.2)],
@@ -438,6 +456,7 @@ mod tests {
             drafted: 5,
             accepted: 4,
             per_position: vec![(3, 3), (2, 1)],
+            ..Acceptance::default()
         };
         let costs = Costs {
             t_v: vec![Some(1.0), Some(1.5), Some(2.0)],
@@ -456,6 +475,7 @@ mod tests {
             drafted: 1,
             accepted: 1,
             per_position: vec![(1, 1)],
+            ..Acceptance::default()
         };
         assert_eq!(
             missing.ideal(&record(Variant::new(Decode::Depth(1)), acceptance)),

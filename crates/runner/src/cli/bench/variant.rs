@@ -10,6 +10,9 @@ use mtp_core::schedule::ScheduleKind;
 pub enum Decode {
     /// The target alone, one forward per token.
     Plain,
+    /// The target alone without the run's structured-output constraint (`plain-free`; only
+    /// in a run with one): what the constraint costs plain decoding.
+    Unconstrained,
     /// MTP with a draft schedule at the model's initial and maximum depth.
     Schedule(ScheduleKind),
     /// MTP at a fixed depth (constant schedule, initial = max = k).
@@ -59,6 +62,7 @@ impl Variant {
     pub fn name(&self) -> String {
         let base = match self.decode {
             Decode::Plain => "plain".to_string(),
+            Decode::Unconstrained => "plain-free".to_string(),
             Decode::Schedule(kind) => format!("mtp-{kind}"),
             Decode::Depth(k) => format!("mtp-k{k}"),
         };
@@ -72,19 +76,25 @@ impl Variant {
     pub fn depth(&self) -> Option<usize> {
         match self.decode {
             Decode::Depth(k) => Some(k),
-            Decode::Plain | Decode::Schedule(_) => None,
+            Decode::Plain | Decode::Unconstrained | Decode::Schedule(_) => None,
         }
     }
 
-    /// Whether this is plain decode (with or without the overlap).
+    /// Whether this is plain decode (with or without the overlap, the constraint or not).
     pub fn is_plain(&self) -> bool {
-        self.decode == Decode::Plain
+        matches!(self.decode, Decode::Plain | Decode::Unconstrained)
+    }
+
+    /// Whether the run's structured-output constraint applies (every variant but
+    /// `plain-free`).
+    pub fn is_constrained(&self) -> bool {
+        self.decode != Decode::Unconstrained
     }
 
     /// The request's draft overrides (batched validation for every MTP variant).
     pub fn overrides(&self) -> DraftOverrides {
         match self.decode {
-            Decode::Plain => DraftOverrides {
+            Decode::Plain | Decode::Unconstrained => DraftOverrides {
                 enabled: Some(false),
                 ..DraftOverrides::default()
             },
