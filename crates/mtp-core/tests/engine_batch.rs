@@ -1,6 +1,7 @@
 //! Continuous batching: every sequence of a batch emits exactly what it emits alone — greedy
 //! (with penalties), seeded sampled, with an MTP drafter, prompt lookup or both, random
-//! arrivals, prompt lengths, depths, EOS and early stops — and the batch really shares passes.
+//! arrivals, prompt lengths, depths, EOS and early stops, a grammar constraint on some — and the
+//! batch really shares passes.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
+use mtp_core::constraint::ConstraintSource;
 use mtp_core::engine::batch::{
     serve, serve_with_memory, BatchOptions, BatchReport, PolicyMemory, SpeculationPolicy,
 };
@@ -18,7 +20,7 @@ use mtp_core::options::ValidationMode;
 use mtp_core::proposer::{NgramOptions, NgramProposer};
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
-use mtp_core::testing::{TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget};
+use mtp_core::testing::{TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget, TokenGrammar};
 use mtp_core::Backend;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -79,6 +81,13 @@ fn random_request(rng: &mut ChaCha8Rng, vocab: u32) -> GenerateRequest {
     let validation =
         [ValidationMode::Batched, ValidationMode::Serial][usize::from(rng.random_bool(0.2))];
     request.draft = draft(schedule, validation, rng.random_range(1..6));
+    // A third of the requests are constrained by a token grammar (chosen from the prompt, so
+    // the random stream of the other instances stays as it was).
+    let key: u64 = request.prompt.iter().map(|&t| u64::from(t)).sum();
+    if key % 3 == 0 {
+        let grammar = TokenGrammar::random(key, vocab, 5, None);
+        request.constraint = Some(ConstraintSource::new(grammar));
+    }
     request
 }
 

@@ -56,6 +56,13 @@ fn metrics_equal_the_sums_of_what_the_requests_report() {
             let text = ok(&router, "POST", "/api/generate", Some(body)).await;
             finals.push(serde_json::from_str::<Value>(&text).unwrap());
         }
+        // A structured output: its forced drafts are counted apart.
+        let schema = json!({"type": "object", "properties": {"who": {"type": "string", "maxLength": 10}},
+                            "required": ["who"]});
+        let body = json!({"model": NAME, "prompt": "And God said,", "raw": true, "stream": false,
+                          "format": schema, "options": {"temperature": 0, "num_predict": 60}});
+        let text = ok(&router, "POST", "/api/generate", Some(body)).await;
+        finals.push(serde_json::from_str::<Value>(&text).unwrap());
         let m = samples(&ok(&router, "GET", "/metrics", None).await);
         let sum = |f: &dyn Fn(&Value) -> f64| finals.iter().map(f).sum::<f64>();
         let field = |v: &Value, k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"));
@@ -85,15 +92,19 @@ fn metrics_equal_the_sums_of_what_the_requests_report() {
             .map(|(_, v)| v)
             .sum();
         assert_eq!(per_position, accepted, "per-position counts add up");
+        let forced = sum(&|v| field(&v["mtp"], "forced"));
+        assert!(forced > 0.0, "the schema's keys and quotes are forced");
+        assert_eq!(value(&m, "mtp_spec_decode_num_forced_tokens_total"), forced);
+        assert_eq!(value(&m, "mtp_structured_outputs_total{complete=\"true\"}"), 1.0);
         assert_eq!(
             value(
                 &m,
                 "mtp_requests_total{endpoint=\"/api/generate\",status=\"200\"}"
             ),
-            2.0
+            3.0
         );
-        assert_eq!(value(&m, "mtp_time_to_first_token_seconds_count"), 2.0);
-        assert_eq!(value(&m, "mtp_time_per_output_token_seconds_count"), 2.0);
+        assert_eq!(value(&m, "mtp_time_to_first_token_seconds_count"), 3.0);
+        assert_eq!(value(&m, "mtp_time_per_output_token_seconds_count"), 3.0);
         assert_eq!(value(&m, "mtp_queue_depth"), 0.0);
     });
 }

@@ -27,6 +27,12 @@ pub const SPEC_DRAFTS: &str = "mtp_spec_decode_num_drafts_total";
 pub const SPEC_DRAFT_TOKENS: &str = "mtp_spec_decode_num_draft_tokens_total";
 /// Draft tokens accepted.
 pub const SPEC_ACCEPTED_TOKENS: &str = "mtp_spec_decode_num_accepted_tokens_total";
+/// Of the draft tokens, those a structured output's grammar forced (drafted without a
+/// proposer call).
+pub const SPEC_FORCED_TOKENS: &str = "mtp_spec_decode_num_forced_tokens_total";
+/// Generations with a structured output, by how they ended: `{complete}` (`true`, or `false`
+/// when the token budget cut the text before its grammar was complete).
+pub const STRUCTURED_OUTPUTS: &str = "mtp_structured_outputs_total";
 /// Draft tokens accepted per draft position: `{position}`.
 pub const SPEC_ACCEPTED_PER_POS: &str = "mtp_spec_decode_num_accepted_tokens_per_pos_total";
 
@@ -74,10 +80,14 @@ pub fn generation(response: &Response, _total: Duration) {
         let per_token = response.eval_duration.as_secs_f64() / (response.eval_count - 1) as f64;
         histogram!(TIME_PER_OUTPUT_TOKEN).record(per_token);
     }
+    if let Some(complete) = response.constraint_complete {
+        counter!(STRUCTURED_OUTPUTS, "complete" => complete.to_string()).increment(1);
+    }
     if let Some(mtp) = &response.mtp {
         counter!(SPEC_DRAFTS).increment((mtp.all_accepted + mtp.mismatches) as u64);
         counter!(SPEC_DRAFT_TOKENS).increment(mtp.drafted as u64);
         counter!(SPEC_ACCEPTED_TOKENS).increment(mtp.accepted as u64);
+        counter!(SPEC_FORCED_TOKENS).increment(mtp.forced as u64);
         for (position, counts) in mtp.per_position.iter().enumerate() {
             counter!(SPEC_ACCEPTED_PER_POS, "position" => position.to_string())
                 .increment(counts.accepted as u64);
