@@ -84,7 +84,7 @@ fn random_request(rng: &mut ChaCha8Rng, vocab: u32) -> GenerateRequest {
     // A third of the requests are constrained by a token grammar (chosen from the prompt, so
     // the random stream of the other instances stays as it was).
     let key: u64 = request.prompt.iter().map(|&t| u64::from(t)).sum();
-    if key % 3 == 0 {
+    if key.is_multiple_of(3) {
         let grammar = TokenGrammar::random(key, vocab, 5, None);
         request.constraint = Some(ConstraintSource::new(grammar));
     }
