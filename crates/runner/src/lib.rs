@@ -22,6 +22,8 @@
 //! * [`hub`] — models named by Hugging Face repo id, from the local HF cache (downloaded with the
 //!   `hf-hub` feature);
 //! * [`sampling_defaults`] — a model's default sampling settings (`generation_config.json`);
+//! * [`tools`] — tool calls in the Gemma conventions: the syntax a chat template renders, calls
+//!   parsed from generated text as it streams, the grammar of a forced call;
 //! * `structured` (cargo feature `structured`, on by default) — structured outputs and tool
 //!   calls: JSON schemas, regular expressions and Lark grammars as constraints on the
 //!   generated text (llguidance over the model's tokenizer).
@@ -52,6 +54,7 @@ pub mod server;
 #[cfg(feature = "structured")]
 pub mod structured;
 pub mod tokenizer;
+pub mod tools;
 
 #[cfg(feature = "candle")]
 pub use backend_candle;

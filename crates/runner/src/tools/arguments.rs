@@ -1,0 +1,216 @@
+//! A call the model wrote (`call:NAME{key:value,...}`) as a name and JSON arguments.
+
+use serde_json::{Map, Number, Value};
+
+use super::ToolSyntax;
+
+/// One tool call: the function's name and its arguments (a JSON object).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The function called.
+    pub name: String,
+    /// Its arguments.
+    pub arguments: Map<String, Value>,
+}
+
+/// The call in `body` (the text between the call markers: `call:NAME{...}`), or why it is not
+/// one.
+pub fn parse_call(body: &str, syntax: &ToolSyntax) -> Result<ToolCall, String> {
+    let rest = body
+        .trim()
+        .strip_prefix("call:")
+        .ok_or_else(|| format!("a tool call starts with `call:`, got {body:?}"))?;
+    let open = rest
+        .find('{')
+        .ok_or_else(|| format!("no `{{` after the function name in {body:?}"))?;
+    let name = rest[..open].trim();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_alphanumeric() || "_-.".contains(c))
+    {
+        return Err(format!("bad function name {name:?}"));
+    }
+    let mut cursor = Cursor {
+        text: &rest[open..],
+        quote: &syntax.quote,
+    };
+    let arguments = cursor.object()?;
+    if !cursor.text.trim().is_empty() {
+        return Err(format!("text after the arguments: {:?}", cursor.text));
+    }
+    Ok(ToolCall {
+        name: name.to_string(),
+        arguments,
+    })
+}
+
+/// A recursive-descent reader over the rest of a call.
+struct Cursor<'a> {
+    text: &'a str,
+    quote: &'a str,
+}
+
+impl Cursor<'_> {
+    fn skip_space(&mut self) {
+        self.text = self.text.trim_start();
+    }
+
+    fn eat(&mut self, token: &str) -> bool {
+        self.skip_space();
+        match self.text.strip_prefix(token) {
+            Some(rest) => {
+                self.text = rest;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn expect(&mut self, token: &str) -> Result<(), String> {
+        if self.eat(token) {
+            Ok(())
+        } else {
+            Err(format!("expected `{token}` at {:?}", self.head()))
+        }
+    }
+
+    fn head(&self) -> String {
+        self.text.chars().take(24).collect()
+    }
+
+    fn object(&mut self) -> Result<Map<String, Value>, String> {
+        self.expect("{")?;
+        let mut map = Map::new();
+        if self.eat("}") {
+            return Ok(map);
+        }
+        loop {
+            let key = self.key()?;
+            self.expect(":")?;
+            let value = self.value()?;
+            map.insert(key, value);
+            if self.eat("}") {
+                return Ok(map);
+            }
+            self.expect(",")?;
+        }
+    }
+
+    fn key(&mut self) -> Result<String, String> {
+        self.skip_space();
+        if self.text.starts_with(self.quote) {
+            return self.string();
+        }
+        let end = self
+            .text
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-'))
+            .unwrap_or(self.text.len());
+        if end == 0 {
+            return Err(format!("expected a key at {:?}", self.head()));
+        }
+        let key = self.text[..end].to_string();
+        self.text = &self.text[end..];
+        Ok(key)
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        self.expect(self.quote)?;
+        let end = self
+            .text
+            .find(self.quote)
+            .ok_or_else(|| "an unterminated string".to_string())?;
+        let s = self.text[..end].to_string();
+        self.text = &self.text[end + self.quote.len()..];
+        Ok(s)
+    }
+
+    fn value(&mut self) -> Result<Value, String> {
+        self.skip_space();
+        if self.text.starts_with(self.quote) {
+            return self.string().map(Value::String);
+        }
+        if self.text.starts_with('{') {
+            return self.object().map(Value::Object);
+        }
+        if self.eat("[") {
+            let mut items = Vec::new();
+            if self.eat("]") {
+                return Ok(Value::Array(items));
+            }
+            loop {
+                items.push(self.value()?);
+                if self.eat("]") {
+                    return Ok(Value::Array(items));
+                }
+                self.expect(",")?;
+            }
+        }
+        let end = self.text.find([',', '}', ']']).unwrap_or(self.text.len());
+        let word = self.text[..end].trim();
+        self.text = &self.text[end..];
+        match word {
+            "true" => Ok(Value::Bool(true)),
+            "false" => Ok(Value::Bool(false)),
+            "null" | "None" => Ok(Value::Null),
+            _ => number(word).ok_or_else(|| format!("not a value: {word:?}")),
+        }
+    }
+}
+
+fn number(word: &str) -> Option<Value> {
+    if let Ok(i) = word.parse::<i64>() {
+        return Some(Value::Number(i.into()));
+    }
+    word.parse::<f64>()
+        .ok()
+        .and_then(Number::from_f64)
+        .map(Value::Number)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn calls_of_both_conventions_parse() {
+        let g4 = ToolSyntax::gemma4();
+        let call = parse_call(
+            r#"call:get_weather{location:<|"|>Paris, France<|"|>,days:3,metric:true,extra:null,where:{lat:48.8,tags:[<|"|>a<|"|>,1]}}"#,
+            &g4,
+        )
+        .unwrap();
+        assert_eq!(call.name, "get_weather");
+        assert_eq!(
+            Value::Object(call.arguments),
+            json!({"location": "Paris, France", "days": 3, "metric": true, "extra": null,
+                   "where": {"lat": 48.8, "tags": ["a", 1]}})
+        );
+        let fg = ToolSyntax::function_gemma();
+        let call = parse_call("call:ping{}", &fg).unwrap();
+        assert_eq!(call.name, "ping");
+        assert!(call.arguments.is_empty());
+        let call = parse_call("call:echo{text:<escape>a,b}<escape>}", &fg).unwrap();
+        assert_eq!(call.arguments["text"], "a,b}");
+    }
+
+    #[test]
+    fn malformed_calls_are_errors_not_panics() {
+        let g4 = ToolSyntax::gemma4();
+        for bad in [
+            "",
+            "call:",
+            "get{}",
+            "call:x{",
+            "call:x{a:}",
+            "call:x{a:<|\"|>open}",
+            "call:x{a:1} trailing",
+            "call:bad name{}",
+            "call:x{a:[1,}",
+            "call:x{:1}",
+        ] {
+            assert!(parse_call(bad, &g4).is_err(), "{bad:?}");
+        }
+    }
+}
