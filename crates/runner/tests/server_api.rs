@@ -842,6 +842,7 @@ fn sampled_logprobs_under_speculation_are_the_transformed_distribution() {
         cancel: CancelToken::new(),
         shutdown: CancelToken::new(),
         deadline: None,
+        special_tokens: Default::default(),
     };
     let w = worker(2);
     let (lps, finished) = runtime().block_on(async {

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 
 pub use crate::logprobs::TokenLogprob;
 use crate::structured::{OutputFormat, StructuredError};
+use crate::tokenizer::SpecialTokens;
 use crate::tokenizer::{ChatTemplate, Tokenizer};
 use mtp_core::constraint::ConstraintSource;
 
@@ -54,9 +55,21 @@ pub struct GenerationJob {
     pub shutdown: CancelToken,
     /// The request fails with [`FinishReason::Timeout`] past this instant (queue wait included).
     pub deadline: Option<Instant>,
+    /// Whether the streamed text writes special tokens out (a request with tools, whose call
+    /// markers may be special tokens).
+    pub special_tokens: SpecialTokens,
 }
 
 impl GenerationJob {
+    /// The same job with tool calls in `syntax` looked for in its text: special tokens are
+    /// written out (the markers may be special tokens) and generation stops where the model
+    /// would start a tool's response (the application sends it).
+    pub fn with_tools(mut self, syntax: &crate::tools::ToolSyntax) -> Self {
+        self.special_tokens = SpecialTokens::Keep;
+        self.stop.push(syntax.response_start.clone());
+        self
+    }
+
     /// The same job with `constraint` on its generated text (`None`: free text).
     pub fn constrained(mut self, constraint: Option<ConstraintSource>) -> Self {
         self.request.constraint = constraint;

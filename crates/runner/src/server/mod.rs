@@ -34,6 +34,7 @@ mod request;
 mod stop;
 mod stream;
 mod structured;
+mod tool_calls;
 mod worker;
 
 use std::future::Future;

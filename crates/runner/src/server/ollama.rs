@@ -27,6 +27,7 @@ use super::ollama_types::{
 use super::request::{in_range, top_logprobs, AppState};
 use super::stream;
 use super::structured::{incomplete, ollama_format};
+use super::tool_calls::{ollama_call, read_tools, template_call, StreamSplitter};
 use crate::tokenizer::{ChatMessage, ChatOptions};
 
 const API: Api = Api::Ollama;
@@ -200,12 +201,7 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
     refuse_unsupported(&body.think)?;
     let format = ollama_format(body.format.as_ref())?;
     let logprobs = top_logprobs(API, body.logprobs, Some(body.top_logprobs))?;
-    if body.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::bad_request(
-            API,
-            "`tools` (function calling) is not supported yet",
-        ));
-    }
+    let tools = read_tools(&state, API, body.tools.as_deref(), None)?;
     let name = state.engine.model().name.clone();
     if body.messages.is_empty() {
         return Ok(Json(ChatChunk {
@@ -225,28 +221,46 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
                 "images are not supported (text models only)",
             ));
         }
-        if m.tool_calls.as_ref().is_some_and(|t| !t.is_empty()) || m.role == "tool" {
+        if (m.tool_calls.as_ref().is_some_and(|t| !t.is_empty()) || m.role == "tool")
+            && tools.is_none()
+        {
             return Err(ApiError::bad_request(
                 API,
-                "tool messages are not supported yet",
+                "tool calls and tool messages need the request's `tools`",
             ));
         }
         let mut message = ChatMessage::text(&m.role.to_lowercase(), &m.content);
         message.reasoning_content = m.thinking.clone().filter(|t| !t.is_empty());
+        for (j, call) in m.tool_calls.iter().flatten().enumerate() {
+            message
+                .tool_calls
+                .push(template_call(API, call, &format!("tool_calls[{j}]"))?);
+        }
+        message.name = m.tool_name.clone();
         messages.push(message);
     }
     let options = body.options.clone().unwrap_or_default();
-    let prompt = state
-        .chat_prompt(API, messages, ChatOptions::default())
-        .await?;
+    let chat_options = tools.as_ref().map(|t| t.chat_options()).unwrap_or_default();
+    let prompt = state.chat_prompt(API, messages, chat_options).await?;
     let constraint = state.constraint(API, "format", format).await?;
-    let job = job(&state, prompt, &options, logprobs)?.constrained(constraint);
-    let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| ChatChunk {
-        model: name.clone(),
-        created_at: now_rfc3339(),
-        message: assistant(text),
-        done: done.is_some(),
-        tail: Tail::of(lps, done),
+    let mut job = job(&state, prompt, &options, logprobs)?.constrained(constraint);
+    if let Some(t) = tools.as_ref().filter(|t| t.parses_calls()) {
+        job = job.with_tools(&t.syntax);
+    }
+    let splitter = StreamSplitter::new(tools.as_ref());
+    let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| {
+        let (content, calls) = splitter.push(&text, done.is_some());
+        let mut message = assistant(content);
+        if !calls.is_empty() {
+            message.tool_calls = Some(calls.iter().map(ollama_call).collect());
+        }
+        ChatChunk {
+            model: name.clone(),
+            created_at: now_rfc3339(),
+            message,
+            done: done.is_some(),
+            tail: Tail::of(lps, done),
+        }
     };
     respond(&state, job, body.stream.unwrap_or(true), started, frame).await
 }

@@ -56,6 +56,9 @@ pub struct Message {
     pub images: Option<Vec<Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<Value>>,
+    /// A tool message's tool (`tool_name`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
 }
 
 /// The model options of a request (`api.Options`); unknown ones (runner options such as

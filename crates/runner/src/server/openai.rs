@@ -25,7 +25,9 @@ use super::openai_types::{
 use super::request::{in_range, top_logprobs, AppState};
 use super::stream;
 use super::structured::{incomplete, openai_response_format};
-use crate::tokenizer::{ChatContent, ChatMessage, ChatOptions};
+use super::tool_calls::{openai_call, read_tools, split_all, template_call, StreamSplitter};
+use crate::tokenizer::{ChatContent, ChatMessage};
+use serde_json::Value;
 
 const API: Api = Api::OpenAi;
 
@@ -64,13 +66,12 @@ fn refuse_unsupported(c: &Common) -> Result<(), ApiError> {
     if c.n.is_some_and(|n| n != 1) {
         return Err(ApiError::bad_request(API, "only n = 1 is supported"));
     }
-    if c.tools.as_ref().is_some_and(|t| !t.is_empty())
-        || c.functions.as_ref().is_some_and(|f| !f.is_empty())
-    {
+    if c.functions.as_ref().is_some_and(|f| !f.is_empty()) {
         return Err(ApiError::bad_request(
             API,
-            "tools (function calling) are not supported",
-        ));
+            "`functions` (the deprecated form of function calling) is not supported; use `tools`",
+        )
+        .with_param("functions"));
     }
     if c.logit_bias
         .as_ref()
@@ -217,30 +218,72 @@ pub async fn chat_completions(
         .engine
         .chat_template()
         .is_ok_and(|t| t.reads_content_parts());
+    let tools = read_tools(&state, API, c.tools.as_deref(), body.tool_choice.as_ref())?;
+    let forced_call = tools.as_ref().and_then(|t| t.grammar(&state));
+    if forced_call.is_some() && format.is_some() {
+        return Err(ApiError::bad_request(
+            API,
+            "a forced tool call (tool_choice required or named) and response_format cannot be              combined",
+        )
+        .with_param("tool_choice"));
+    }
+    // Tool results name their call by id: the template takes the function's name.
+    let mut call_names = std::collections::HashMap::new();
     let mut messages = Vec::with_capacity(body.messages.len());
-    for m in &body.messages {
-        if m.tool_calls.as_ref().is_some_and(|t| !t.is_empty()) || m.role == "tool" {
+    for (i, m) in body.messages.iter().enumerate() {
+        if (m.tool_calls.as_ref().is_some_and(|t| !t.is_empty()) || m.role == "tool")
+            && tools.is_none()
+        {
             return Err(ApiError::bad_request(
                 API,
-                "tool messages are not supported",
-            ));
+                "tool calls and tool messages need the request's `tools`",
+            )
+            .with_param(format!("messages[{i}]")));
         }
         let content = match &m.content {
             None => ChatContent::Text(String::new()),
             Some(Content::Text(t)) => ChatContent::Text(t.clone()),
             Some(Content::Parts(parts)) => text_parts(parts, parts_allowed)?,
         };
+        let mut tool_calls = Vec::new();
+        for (j, call) in m.tool_calls.iter().flatten().enumerate() {
+            let at = format!("messages[{i}].tool_calls[{j}]");
+            let rendered = template_call(API, call, &at)?;
+            if let (Some(id), Some(name)) = (
+                call.get("id").and_then(Value::as_str),
+                rendered.pointer("/function/name").and_then(Value::as_str),
+            ) {
+                call_names.insert(id.to_string(), name.to_string());
+            }
+            tool_calls.push(rendered);
+        }
+        let name = m.name.clone().or_else(|| {
+            m.tool_call_id
+                .as_ref()
+                .and_then(|id| call_names.get(id).cloned())
+        });
         messages.push(ChatMessage {
             role: m.role.clone(),
             content,
             reasoning_content: m.reasoning_content.clone(),
+            tool_calls,
+            name,
         });
     }
-    let prompt = state
-        .chat_prompt(API, messages, ChatOptions::default())
-        .await?;
-    let constraint = state.constraint(API, "response_format", format).await?;
-    let job = job(&state, c, prompt, Endpoint::Chat)?.constrained(constraint);
+    let options = tools.as_ref().map(|t| t.chat_options()).unwrap_or_default();
+    let prompt = state.chat_prompt(API, messages, options).await?;
+    let constraint = match forced_call {
+        Some(grammar) => state.constraint(API, "tool_choice", Some(grammar)).await?,
+        None => state.constraint(API, "response_format", format).await?,
+    };
+    let mut job = job(&state, c, prompt, Endpoint::Chat)?.constrained(constraint);
+    if let Some(t) = tools.as_ref().filter(|t| t.parses_calls()) {
+        job = job.with_tools(&t.syntax);
+    }
+    let syntax = tools
+        .as_ref()
+        .filter(|t| t.parses_calls())
+        .map(|t| t.syntax.clone());
     let with_logprobs = job.with_logprobs();
     let name = state.engine.model().name.clone();
     let id = request_id("chatcmpl");
@@ -259,15 +302,29 @@ pub async fn chat_completions(
     if !c.stream.unwrap_or(false) {
         let all = run(&state, job).await?;
         let done = all.done;
+        let (content, calls) = match &syntax {
+            Some(syntax) => split_all(syntax, &all.text),
+            None => (all.text, Vec::new()),
+        };
+        let tool_calls: Vec<Value> = calls
+            .iter()
+            .map(|call| openai_call(call, request_id("call")))
+            .collect();
+        let finish = if tool_calls.is_empty() {
+            done.reason.openai()
+        } else {
+            "tool_calls"
+        };
         let choice = ChatChoice {
             index: 0,
             message: Some(MessageOut {
                 role: Some("assistant"),
-                content: Some(all.text),
+                content: (!content.is_empty() || tool_calls.is_empty()).then_some(content),
+                tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
             }),
             delta: None,
             logprobs: with_logprobs.then(|| chat_logprobs(&all.logprobs)),
-            finish_reason: Some(done.reason.openai()),
+            finish_reason: Some(finish),
         };
         return Ok(Json(envelope(vec![choice], "chat.completion").finished(&done)).into_response());
     }
@@ -278,9 +335,30 @@ pub async fn chat_completions(
                  finish| ChatChoice {
         index: 0,
         message: None,
-        delta: Some(MessageOut { role, content }),
+        delta: Some(MessageOut {
+            role,
+            content,
+            tool_calls: None,
+        }),
         logprobs: lps.map(chat_logprobs),
         finish_reason: finish,
+    };
+    let splitter = StreamSplitter::new(tools.as_ref());
+    // Calls streamed so far (their `index`).
+    let called = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = called.clone();
+    let stream_calls = move |calls: Vec<crate::tools::ToolCall>| -> Option<Vec<Value>> {
+        (!calls.is_empty()).then(|| {
+            calls
+                .iter()
+                .map(|call| {
+                    let mut value = openai_call(call, request_id("call"));
+                    let index = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    value["index"] = Value::from(index);
+                    value
+                })
+                .collect()
+        })
     };
     let object = "chat.completion.chunk";
     let first = envelope(
@@ -295,12 +373,34 @@ pub async fn chat_completions(
         move |event| match event {
             Piece::Text(text, lps) => {
                 let lps = with_logprobs.then_some(lps);
-                envelope(vec![delta(None, Some(text), lps, None)], object)
+                let (content, calls) = splitter.push(&text, false);
+                let mut choice = delta(None, Some(content), lps, None);
+                if let Some(d) = choice.delta.as_mut() {
+                    d.tool_calls = stream_calls(calls);
+                }
+                envelope(vec![choice], object)
             }
-            Piece::End(done) => envelope(
-                vec![delta(None, None, None, Some(done.reason.openai()))],
-                object,
-            ),
+            Piece::End(done) => {
+                // What the splitter held back ends the text.
+                let (content, calls) = splitter.push("", true);
+                let calls = stream_calls(calls);
+                let any_call = called.load(std::sync::atomic::Ordering::Relaxed) > 0;
+                let finish = if any_call || calls.is_some() {
+                    "tool_calls"
+                } else {
+                    done.reason.openai()
+                };
+                let mut choice = delta(
+                    None,
+                    (!content.is_empty()).then_some(content),
+                    None,
+                    Some(finish),
+                );
+                if let Some(d) = choice.delta.as_mut() {
+                    d.tool_calls = calls;
+                }
+                envelope(vec![choice], object)
+            }
             Piece::Usage(done) => envelope(Vec::new(), object).finished(done),
         },
     )
@@ -345,6 +445,13 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
     state.check_model(API, &c.model)?;
     refuse_unsupported(c)?;
     let format = openai_response_format(c.response_format.as_ref())?;
+    if c.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::bad_request(
+            API,
+            "`tools` belong to /v1/chat/completions (the chat template renders them)",
+        )
+        .with_param("tools"));
+    }
     if body.echo == Some(true) {
         return Err(ApiError::bad_request(API, "echo is not supported"));
     }

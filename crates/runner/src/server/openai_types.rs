@@ -80,6 +80,10 @@ pub struct ChatMessageIn {
     #[serde(default)]
     pub tool_calls: Option<Vec<Value>>,
     #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
     pub reasoning_content: Option<String>,
 }
 
@@ -87,6 +91,8 @@ pub struct ChatMessageIn {
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatCompletionBody {
     pub messages: Vec<ChatMessageIn>,
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
     #[serde(flatten)]
     pub common: Common,
 }
@@ -127,6 +133,9 @@ pub struct MessageOut {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Calls the model made (OpenAI's shape; in a stream chunk, with their `index`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
 }
 
 /// A choice of a chat completion (`message`) or of a chunk (`delta`).

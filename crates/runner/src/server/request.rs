@@ -13,7 +13,7 @@ use mtp_core::sampling::SamplerOptions;
 use super::engine::{EngineHandle, GenerationJob};
 use super::error::{Api, ApiError};
 use super::worker::deadline;
-use crate::tokenizer::{ChatMessage, ChatOptions, PromptFormat};
+use crate::tokenizer::{ChatMessage, ChatOptions, PromptFormat, SpecialTokens};
 
 /// Server settings, resolved once at start.
 #[derive(Debug, Clone)]
@@ -241,6 +241,7 @@ impl AppState {
             cancel: CancelToken::child_of(&self.shutdown),
             shutdown: self.shutdown.clone(),
             deadline: deadline(self.config.request_timeout),
+            special_tokens: SpecialTokens::Skip,
         })
     }
 }

@@ -387,7 +387,10 @@ fn run_job<B: Backend>(
     // The engine's log-probabilities of each token (when the request asks for them), read from
     // the rows it computes anyway, with the tokens' text.
     let mut scored = Vec::new();
-    let mut detok = pipeline.tokenizer().detokenizer();
+    let mut detok = pipeline
+        .tokenizer()
+        .detokenizer()
+        .with_special_tokens(job.special_tokens);
     let mut stop = StopMatcher::new(&job.stop);
     let mut timed_out = false;
     let mut gone = false;

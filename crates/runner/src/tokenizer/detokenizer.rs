@@ -1,7 +1,7 @@
 //! Incremental detokenization: text pieces for a stream of token ids.
 
 use super::error::TokenizerResult;
-use super::Tokenizer;
+use super::{SpecialTokens, Tokenizer};
 
 /// What a decoder produces for bytes that are not (yet) valid UTF-8.
 const REPLACEMENT: char = '\u{FFFD}';
@@ -42,6 +42,7 @@ const REPLACEMENT: char = '\u{FFFD}';
 #[derive(Debug)]
 pub struct Detokenizer<'t> {
     tokenizer: &'t Tokenizer,
+    special: SpecialTokens,
     ids: Vec<u32>,
     /// Start of the decode window (one emitted step of context before `read_offset`).
     prefix_offset: usize,
@@ -54,6 +55,7 @@ impl<'t> Detokenizer<'t> {
     pub fn new(tokenizer: &'t Tokenizer) -> Self {
         Self {
             tokenizer,
+            special: SpecialTokens::Skip,
             ids: Vec::new(),
             prefix_offset: 0,
             read_offset: 0,
@@ -92,6 +94,12 @@ impl<'t> Detokenizer<'t> {
         &self.ids
     }
 
+    /// The same detokenizer writing special tokens out (or not).
+    pub fn with_special_tokens(mut self, special: SpecialTokens) -> Self {
+        self.special = special;
+        self
+    }
+
     /// The text the ids not yet emitted add: the part of `full` after `prefix`. When the decoder
     /// rewrote the emitted text so that `prefix` is no longer a prefix of `full` (a byte-fallback
     /// run that ends inside a character), emitted text cannot be taken back: the new ids are then
@@ -101,17 +109,21 @@ impl<'t> Detokenizer<'t> {
             Some(rest) => Ok(rest.to_string()),
             None => {
                 tracing::debug!(full, prefix, "decoder rewrote emitted text");
-                self.tokenizer.decode(&self.ids[self.read_offset..])
+                self.tokenizer
+                    .decode_with(&self.ids[self.read_offset..], self.special)
             }
         }
     }
 
     /// The decode of the window without and with the ids not yet emitted.
     fn window(&self) -> TokenizerResult<(String, String)> {
-        let prefix = self
+        let prefix = self.tokenizer.decode_with(
+            &self.ids[self.prefix_offset..self.read_offset],
+            self.special,
+        )?;
+        let full = self
             .tokenizer
-            .decode(&self.ids[self.prefix_offset..self.read_offset])?;
-        let full = self.tokenizer.decode(&self.ids[self.prefix_offset..])?;
+            .decode_with(&self.ids[self.prefix_offset..], self.special)?;
         Ok((prefix, full))
     }
 }

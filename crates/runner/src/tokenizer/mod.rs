@@ -34,6 +34,16 @@ pub enum PromptFormat {
     Chat,
 }
 
+/// Whether decoding writes out special tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpecialTokens {
+    /// Leave them out (the text a user reads).
+    #[default]
+    Skip,
+    /// Write them out (tool-call markers that are special tokens).
+    Keep,
+}
+
 /// A model's tokenizer and its special tokens.
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
@@ -229,11 +239,18 @@ impl Tokenizer {
 
     /// The text of `ids`, special tokens skipped.
     pub fn decode(&self, ids: &[u32]) -> TokenizerResult<String> {
+        self.decode_with(ids, SpecialTokens::Skip)
+    }
+
+    /// The text of `ids`, special tokens skipped or written out (tool-call markers are special
+    /// tokens in Gemma 4's vocabulary).
+    pub fn decode_with(&self, ids: &[u32], special: SpecialTokens) -> TokenizerResult<String> {
         let decode_error = |reason: String| TokenizerError::Decode { reason };
+        let skip = special == SpecialTokens::Skip;
         unpanicked(
             || {
                 self.inner
-                    .decode(ids, true)
+                    .decode(ids, skip)
                     .map_err(|e| decode_error(e.to_string()))
             },
             decode_error,
@@ -245,7 +262,7 @@ impl Tokenizer {
         unpanicked(|| self.inner.decode(&[id], false).map_err(drop), drop).unwrap_or_default()
     }
 
-    /// A streaming detokenizer over this tokenizer.
+    /// A streaming detokenizer over this tokenizer (special tokens skipped).
     pub fn detokenizer(&self) -> Detokenizer<'_> {
         Detokenizer::new(self)
     }

@@ -34,6 +34,13 @@ pub struct ChatMessage {
     /// (`reasoning_content`, also as `thinking`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    /// An assistant message's tool calls in HF's shape (`{"type": "function", "function":
+    /// {"name", "arguments": {...}}}`), as chat templates read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<serde_json::Value>,
+    /// A tool message's tool name (`name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -43,6 +50,8 @@ impl ChatMessage {
             role: role.to_string(),
             content: ChatContent::Text(content.to_string()),
             reasoning_content: None,
+            tool_calls: Vec::new(),
+            name: None,
         }
     }
 }
@@ -80,6 +89,7 @@ impl Default for ChatOptions {
 pub struct ChatTemplate {
     env: Environment<'static>,
     reads_parts: bool,
+    tool_syntax: Option<crate::tools::ToolSyntax>,
     path: PathBuf,
     special_tokens: BTreeMap<String, String>,
 }
@@ -98,6 +108,7 @@ impl ChatTemplate {
         Ok(Self {
             env,
             reads_parts: reads_content_parts(source),
+            tool_syntax: crate::tools::ToolSyntax::of_template(source),
             path: path.to_path_buf(),
             special_tokens,
         })
@@ -108,6 +119,11 @@ impl ChatTemplate {
     /// one string before rendering, as vLLM does for such templates.
     pub fn reads_content_parts(&self) -> bool {
         self.reads_parts
+    }
+
+    /// The tool-call syntax the template renders, or `None` when it renders no tools.
+    pub fn tool_syntax(&self) -> Option<&crate::tools::ToolSyntax> {
+        self.tool_syntax.as_ref()
     }
 
     /// The file the template came from.
@@ -191,6 +207,12 @@ fn messages_value(messages: &[ChatMessage]) -> Value {
             ));
             if let Some(reasoning) = &m.reasoning_content {
                 map.push(("reasoning_content", Value::from(reasoning.as_str())));
+            }
+            if !m.tool_calls.is_empty() {
+                map.push(("tool_calls", Value::from_serialize(&m.tool_calls)));
+            }
+            if let Some(name) = &m.name {
+                map.push(("name", Value::from(name.as_str())));
             }
             Value::from_iter(map)
         })

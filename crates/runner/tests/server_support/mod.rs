@@ -37,8 +37,14 @@ pub fn worker(queue: usize) -> WorkerEngine {
 /// A worker over the default pair on candle's CPU, with a queue of `queue` requests, generating
 /// up to `parallel` at once (continuous batching; speculation measured per batch size).
 pub fn batched_worker(queue: usize, parallel: usize) -> WorkerEngine {
+    worker_over(pair(), queue, parallel)
+}
+
+/// A worker over `paths` on candle's CPU (see [`batched_worker`]).
+pub fn worker_over(paths: ModelPaths, queue: usize, parallel: usize) -> WorkerEngine {
+    let load = paths.clone();
     WorkerEngine::spawn(
-        &pair(),
+        &paths,
         WorkerOptions {
             name: NAME.into(),
             queue_depth: queue,
@@ -52,9 +58,9 @@ pub fn batched_worker(queue: usize, parallel: usize) -> WorkerEngine {
                 ..BatchOptions::default()
             },
         },
-        |seat| {
+        move |seat| {
             seat.run(
-                Pipeline::load(CandleBackend::cpu(), &pair(), &Default::default())
+                Pipeline::load(CandleBackend::cpu(), &load, &Default::default())
                     .map_err(Into::into),
             )
         },

@@ -1,0 +1,196 @@
+//! Tool calls through `mtp serve` on the committed default pair served with
+//! `models/templates/gemma3-functions.jinja` (FunctionGemma's markers): OpenAI's `tools` with
+//! `tool_choice` required or named make the model call (a grammar), the call comes back as
+//! `tool_calls` with JSON arguments and `finish_reason: "tool_calls"`, streamed as a delta too;
+//! a conversation with the call and the tool's result renders and answers; ollama's `tools`
+//! render and its tool messages are taken; bad tools and choices are 400s naming the field; a
+//! model whose template renders no tools refuses them.
+
+mod server_support;
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use axum::http::StatusCode;
+use axum::Router;
+use runner::server::{self, AppState, ServerConfig};
+use serde_json::{json, Value};
+use server_support::{call, json_of, pair, runtime, worker, worker_over, NAME};
+
+fn template() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/templates/gemma3-functions.jinja")
+}
+
+fn router() -> &'static Router {
+    static R: OnceLock<Router> = OnceLock::new();
+    R.get_or_init(|| {
+        let mut paths = pair();
+        paths.chat_template = Some(template());
+        server::router(AppState::new(
+            Arc::new(worker_over(paths, 16, 1)),
+            ServerConfig::default(),
+        ))
+    })
+}
+
+fn weather_tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                        "unit": {"enum": ["celsius", "fahrenheit"]}},
+                        "required": ["city", "unit"]}}},
+        {"type": "function", "function": {"name": "get_time", "description": "The time in a city",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+    ])
+}
+
+fn ask() -> Value {
+    json!([{"role": "user", "content": "What is the weather in Paris?"}])
+}
+
+#[test]
+fn a_forced_choice_returns_a_call_with_json_arguments() {
+    runtime().block_on(async {
+        for (choice, allowed) in [
+            (json!("required"), vec!["get_weather", "get_time"]),
+            (
+                json!({"type": "function", "function": {"name": "get_time"}}),
+                vec!["get_time"],
+            ),
+        ] {
+            let body = json!({"model": NAME, "messages": ask(), "tools": weather_tools(),
+                              "tool_choice": choice, "temperature": 0, "max_tokens": 120});
+            let (status, text) = call(router(), "POST", "/v1/chat/completions", Some(body)).await;
+            assert_eq!(status, StatusCode::OK, "{text}");
+            let v = json_of(&text);
+            let choice0 = &v["choices"][0];
+            assert_eq!(choice0["finish_reason"], "tool_calls", "{v}");
+            let calls = choice0["message"]["tool_calls"]
+                .as_array()
+                .expect("tool_calls");
+            assert_eq!(calls.len(), 1, "{v}");
+            let name = calls[0]["function"]["name"].as_str().expect("name");
+            assert!(allowed.contains(&name), "{v}");
+            assert_eq!(calls[0]["type"], "function");
+            assert!(calls[0]["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("call")));
+            let arguments = json_of(
+                calls[0]["function"]["arguments"]
+                    .as_str()
+                    .expect("JSON text"),
+            );
+            if name == "get_weather" {
+                // The parameters' schema shapes the arguments.
+                assert!(
+                    arguments["city"]
+                        .as_str()
+                        .is_some_and(|c| c.chars().count() <= 20),
+                    "{arguments}"
+                );
+                assert!(
+                    arguments["unit"] == "celsius" || arguments["unit"] == "fahrenheit",
+                    "{arguments}"
+                );
+            } else {
+                assert_eq!(arguments, json!({}));
+            }
+        }
+    });
+}
+
+#[test]
+fn a_forced_call_streams_as_a_tool_call_delta() {
+    runtime().block_on(async {
+        let body = json!({"model": NAME, "messages": ask(), "tools": weather_tools(), "stream": true,
+                          "tool_choice": "required", "temperature": 0, "max_tokens": 120});
+        let (status, text) = call(router(), "POST", "/v1/chat/completions", Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let frames: Vec<Value> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(json_of)
+            .collect();
+        let calls: Vec<&Value> = frames
+            .iter()
+            .filter_map(|f| f["choices"][0]["delta"]["tool_calls"].as_array())
+            .flatten()
+            .collect();
+        assert_eq!(calls.len(), 1, "{text}");
+        assert_eq!(calls[0]["index"], 0);
+        let last = frames.iter().rev().find(|f| !f["choices"][0]["finish_reason"].is_null());
+        assert_eq!(last.expect("a finish")["choices"][0]["finish_reason"], "tool_calls");
+        let content: String = frames
+            .iter()
+            .filter_map(|f| f["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert!(!content.contains("function_call"), "markers leaked: {content:?}");
+    });
+}
+
+#[test]
+fn a_conversation_with_a_call_and_its_result_answers() {
+    runtime().block_on(async {
+        let messages = json!([
+            {"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}
+        ]);
+        let body = json!({"model": NAME, "messages": messages, "tools": weather_tools(),
+                          "tool_choice": "none", "temperature": 0, "max_tokens": 16});
+        let (status, text) = call(router(), "POST", "/v1/chat/completions", Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let v = json_of(&text);
+        assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+        assert!(v["choices"][0]["message"]["tool_calls"].is_null(), "{v}");
+
+        // ollama's shape: tools, an assistant call with object arguments, a tool message.
+        let body = json!({"model": NAME, "stream": false, "tools": weather_tools(),
+                          "options": {"temperature": 0, "num_predict": 16},
+                          "messages": [
+                              {"role": "user", "content": "What is the weather in Paris?"},
+                              {"role": "assistant", "content": "", "tool_calls": [
+                                  {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                              {"role": "tool", "tool_name": "get_weather", "content": "sunny"}
+                          ]});
+        let (status, text) = call(router(), "POST", "/api/chat", Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        assert!(json_of(&text)["message"]["content"].is_string());
+    });
+}
+
+#[test]
+fn bad_tools_and_choices_are_400s_naming_the_field() {
+    runtime().block_on(async {
+        let cases = [
+            (json!({"tools": [{"type": "function", "function": {"name": "bad name"}}]}), "tools[0].function.name"),
+            (json!({"tools": [{"type": "retrieval"}]}), "tools[0].type"),
+            (json!({"tools": weather_tools(), "tool_choice": {"type": "function", "function": {"name": "nope"}}}), "tool_choice"),
+            (json!({"tool_choice": "required"}), "tool_choice"),
+            (json!({"tools": weather_tools(), "tool_choice": 7}), "tool_choice"),
+            (json!({"tools": weather_tools(), "tool_choice": "required",
+                    "response_format": {"type": "json_object"}}), "tool_choice"),
+            (json!({"messages": [{"role": "tool", "content": "x"}]}), "messages[0]"),
+        ];
+        for (extra, param) in cases {
+            let mut body = json!({"model": NAME, "messages": ask()});
+            for (k, v) in extra.as_object().expect("object") {
+                body[k] = v.clone();
+            }
+            let (status, text) = call(router(), "POST", "/v1/chat/completions", Some(body)).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+            assert_eq!(json_of(&text)["error"]["param"], param, "{text}");
+        }
+        // The default pair's own template renders no tools.
+        let plain = server::router(AppState::new(Arc::new(worker(4)), ServerConfig::default()));
+        let body = json!({"model": NAME, "messages": ask(), "tools": weather_tools()});
+        let (status, text) = call(&plain, "POST", "/v1/chat/completions", Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+        assert!(text.contains("renders no tool calls"), "{text}");
+        let body = json!({"model": NAME, "messages": ask(), "tools": weather_tools(), "stream": false});
+        let (status, text) = call(&plain, "POST", "/api/chat", Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    });
+}
