@@ -3,7 +3,8 @@
 //! `tool_choice` required or named make the model call (a grammar), the call comes back as
 //! `tool_calls` with JSON arguments and `finish_reason: "tool_calls"`, streamed as a delta too;
 //! a conversation with the call and the tool's result renders and answers; ollama's `tools`
-//! render and its tool messages are taken; bad tools and choices are 400s naming the field; a
+//! render, its tool messages are taken, and `options.tool_choice` (an extension) forces a call
+//! there too; bad tools and choices are 400s naming the field; a
 //! model whose template renders no tools refuses them.
 
 mod server_support;
@@ -95,6 +96,33 @@ fn a_forced_choice_returns_a_call_with_json_arguments() {
             } else {
                 assert_eq!(arguments, json!({}));
             }
+        }
+    });
+}
+
+#[test]
+fn ollama_calls_with_tool_choice_in_its_options() {
+    runtime().block_on(async {
+        for stream in [false, true] {
+            let body = json!({"model": NAME, "messages": ask(), "tools": weather_tools(), "stream": stream,
+                              "options": {"temperature": 0, "num_predict": 120,
+                                          "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}});
+            let (status, text) = call(router(), "POST", "/api/chat", Some(body)).await;
+            assert_eq!(status, StatusCode::OK, "{text}");
+            let calls: Vec<Value> = text
+                .lines()
+                .map(json_of)
+                .filter_map(|l| l["message"]["tool_calls"].as_array().cloned())
+                .flatten()
+                .collect();
+            assert_eq!(calls.len(), 1, "{text}");
+            assert_eq!(calls[0]["function"]["name"], "get_weather");
+            assert!(calls[0]["function"]["arguments"]["city"].is_string(), "{text}");
+            let content: String = text
+                .lines()
+                .filter_map(|l| json_of(l)["message"]["content"].as_str().map(String::from))
+                .collect();
+            assert!(!content.contains("function_call"), "markers leaked: {content:?}");
         }
     });
 }

@@ -201,7 +201,16 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
     refuse_unsupported(&body.think)?;
     let format = ollama_format(body.format.as_ref())?;
     let logprobs = top_logprobs(API, body.logprobs, Some(body.top_logprobs))?;
-    let tools = read_tools(&state, API, body.tools.as_deref(), None)?;
+    let tool_choice = body.options.as_ref().and_then(|o| o.tool_choice.as_ref());
+    let tools = read_tools(&state, API, body.tools.as_deref(), tool_choice)?;
+    let forced_call = tools.as_ref().and_then(|t| t.grammar(&state));
+    if forced_call.is_some() && format.is_some() {
+        return Err(ApiError::bad_request(
+            API,
+            "a forced tool call (options.tool_choice required or named) and `format` cannot be \
+             combined",
+        ));
+    }
     let name = state.engine.model().name.clone();
     if body.messages.is_empty() {
         return Ok(Json(ChatChunk {
@@ -242,7 +251,10 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
     let options = body.options.clone().unwrap_or_default();
     let chat_options = tools.as_ref().map(|t| t.chat_options()).unwrap_or_default();
     let prompt = state.chat_prompt(API, messages, chat_options).await?;
-    let constraint = state.constraint(API, "format", format).await?;
+    let constraint = match forced_call {
+        Some(grammar) => state.constraint(API, "tool_choice", Some(grammar)).await?,
+        None => state.constraint(API, "format", format).await?,
+    };
     let mut job = job(&state, prompt, &options, logprobs)?.constrained(constraint);
     if let Some(t) = tools.as_ref().filter(|t| t.parses_calls()) {
         job = job.with_tools(&t.syntax);

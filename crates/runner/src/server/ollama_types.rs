@@ -79,6 +79,10 @@ pub struct Options {
     pub num_predict: Option<i64>,
     pub num_ctx: Option<i64>,
     pub stop: Option<Vec<String>>,
+    /// Which tool calls `/api/chat` allows (`auto`, `none`, `required`, or `{"type":
+    /// "function", "function": {"name": ...}}`), as OpenAI's `tool_choice`; not in ollama,
+    /// whose API has no way to make a model call a tool.
+    pub tool_choice: Option<Value>,
     pub typical_p: Option<f32>,
 }
 

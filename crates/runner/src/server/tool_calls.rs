@@ -235,6 +235,11 @@ pub fn split_all(syntax: &ToolSyntax, text: &str) -> (String, Vec<ToolCall>) {
     let mut splitter = ToolCallSplitter::new(syntax.clone());
     let mut pieces = splitter.push(text);
     pieces.extend(splitter.finish());
+    gather(pieces)
+}
+
+/// The content and the calls of split pieces.
+fn gather(pieces: Vec<Split>) -> (String, Vec<ToolCall>) {
     let mut content = String::new();
     let mut calls = Vec::new();
     for piece in pieces {
@@ -270,14 +275,6 @@ impl StreamSplitter {
         if last {
             pieces.extend(splitter.finish());
         }
-        let mut content = String::new();
-        let mut calls = Vec::new();
-        for p in pieces {
-            match p {
-                Split::Text(t) => content.push_str(&t),
-                Split::Call(c) => calls.push(c),
-            }
-        }
-        (content, calls)
+        gather(pieces)
     }
 }
