@@ -90,7 +90,39 @@ def gemma4_cases():
         ),
         ("unicode", [{"role": "user", "content": "café 日本 🙂 — ok?"}], {}),
         ("no_generation_prompt", [user, {"role": "assistant", "content": "Hi."}], {"add_generation_prompt": False}),
+        ("tools_declared", [weather_question()], {"tools": [WEATHER_TOOL]}),
+        (
+            "tool_call_and_result",
+            [
+                weather_question(),
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": "get_weather",
+                                                      "arguments": {"city": "Paris", "days": 2}}}]},
+                {"role": "tool", "name": "get_weather", "content": "sunny"},
+            ],
+            {"tools": [WEATHER_TOOL]},
+        ),
     ]
+
+
+# A tool as OpenAI's and ollama's clients send it (HF templates take the same shape).
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city"},
+                           "days": {"type": "integer"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def weather_question():
+    return {"role": "user", "content": "What is the weather in Paris?"}
 
 
 def default_pair_cases():

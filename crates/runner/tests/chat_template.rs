@@ -149,3 +149,84 @@ fn generate_chat_with_a_system_message_uses_hf_prompt_ids() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--chat"));
 }
+
+/// Gemma 4's tool calls: the template renders HF's calls (above); the call HF rendered, as the
+/// model's token ids, reads back as the call when special tokens are written out (its markers
+/// are special tokens, which plain decoding drops), and the grammar of a forced call names the
+/// markers by token id and compiles over this vocabulary.
+#[test]
+fn gemma4_tool_calls_read_back_and_force() {
+    use runner::structured::{GrammarVocabulary, OutputFormat};
+    use runner::tokenizer::SpecialTokens;
+    use runner::tools::{call_grammar, parse_call, ToolSyntax};
+
+    let dir = fixtures().join("gemma4");
+    let tokenizer = Tokenizer::from_dir(&dir).expect("the tokenizer loads");
+    let template = tokenizer.chat_template().expect("the template compiles");
+    let syntax = template
+        .tool_syntax()
+        .expect("Gemma 4's template renders tools")
+        .clone();
+    assert_eq!(syntax, ToolSyntax::gemma4());
+    let case = recorded(&dir.join("hf_cases.json"))
+        .cases
+        .into_iter()
+        .find(|c| c.name == "tool_call_and_result")
+        .expect("the recorded tool case");
+    let ids = case.ids.expect("HF's ids");
+    let id = |m: &str| tokenizer.inner().token_to_id(m).expect("a marker token");
+    let start = ids
+        .iter()
+        .position(|&t| t == id("<|tool_call>"))
+        .expect("a call");
+    let end = ids
+        .iter()
+        .position(|&t| t == id("<tool_call|>"))
+        .expect("its end");
+    let kept = tokenizer
+        .decode_with(&ids[start..=end], SpecialTokens::Keep)
+        .expect("decodes");
+    let skipped = tokenizer.decode(&ids[start..=end]).expect("decodes");
+    assert!(
+        !skipped.contains("<|tool_call>"),
+        "plain decoding drops the markers"
+    );
+    let (content, calls) = {
+        let mut splitter = runner::tools::ToolCallSplitter::new(syntax.clone());
+        let mut pieces = splitter.push(&kept);
+        pieces.extend(splitter.finish());
+        let calls: Vec<_> = pieces
+            .into_iter()
+            .filter_map(|p| match p {
+                runner::tools::Split::Call(c) => Some(c),
+                runner::tools::Split::Text(_) => None,
+            })
+            .collect();
+        (kept.clone(), calls)
+    };
+    assert_eq!(calls.len(), 1, "{content}");
+    assert_eq!(calls[0].name, "get_weather");
+    assert_eq!(
+        serde_json::Value::Object(calls[0].arguments.clone()),
+        serde_json::json!({"city": "Paris", "days": 2})
+    );
+    let body = &kept["<|tool_call>".len()..kept.len() - "<tool_call|>".len()];
+    assert_eq!(parse_call(body, &syntax).expect("parses"), calls[0]);
+
+    let tools = vec![(
+        "get_weather".to_string(),
+        serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}},
+                           "required": ["city"]}),
+    )];
+    let marker = |m: &str| tokenizer.inner().token_to_id(m);
+    let grammar = call_grammar(&syntax, &tools, &marker);
+    assert!(
+        grammar.contains(&format!("<[{}]>", id("<|tool_call>"))),
+        "{grammar}"
+    );
+    let vocab = tokenizer.inner().get_vocab_size(true);
+    let vocabulary = GrammarVocabulary::new(&tokenizer, vocab).expect("the vocabulary builds");
+    vocabulary
+        .compile(&OutputFormat::Lark(grammar))
+        .expect("the grammar compiles");
+}
