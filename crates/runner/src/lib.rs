@@ -22,6 +22,7 @@
 //! * [`hub`] — models named by Hugging Face repo id, from the local HF cache (downloaded with the
 //!   `hf-hub` feature);
 //! * [`sampling_defaults`] — a model's default sampling settings (`generation_config.json`);
+//! * [`thinking`] — Gemma 4's reasoning channel split from the answer as it streams;
 //! * [`tools`] — tool calls in the Gemma conventions: the syntax a chat template renders, calls
 //!   parsed from generated text as it streams, the grammar of a forced call;
 //! * `structured` (cargo feature `structured`, on by default) — structured outputs and tool
@@ -53,6 +54,7 @@ pub mod schedule_store;
 pub mod server;
 #[cfg(feature = "structured")]
 pub mod structured;
+pub mod thinking;
 pub mod tokenizer;
 pub mod tools;
 

@@ -222,3 +222,40 @@ fn bad_tools_and_choices_are_400s_naming_the_field() {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
     });
 }
+
+#[test]
+fn think_is_taken_where_the_template_can_think_and_refused_elsewhere() {
+    runtime().block_on(async {
+        // Gemma 4's template (it has `enable_thinking`) over the default pair: the request is
+        // rendered with thinking on and answered (this tiny model writes no reasoning channel,
+        // so the answer is all content).
+        let mut paths = pair();
+        paths.chat_template = Some(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/fixtures/chat_templates/gemma4/chat_template.jinja"),
+        );
+        let thinking = server::router(AppState::new(
+            Arc::new(worker_over(paths, 4, 1)),
+            ServerConfig::default(),
+        ));
+        for think in [json!(true), json!("high"), json!(false)] {
+            let body = json!({"model": NAME, "messages": ask(), "think": think, "stream": false,
+                              "options": {"temperature": 0, "num_predict": 8}});
+            let (status, text) = call(&thinking, "POST", "/api/chat", Some(body)).await;
+            assert_eq!(status, StatusCode::OK, "{text}");
+            assert!(json_of(&text)["message"]["content"].is_string(), "{text}");
+        }
+        let body = json!({"model": NAME, "messages": ask(), "think": 7});
+        let (status, text) = call(&thinking, "POST", "/api/chat", Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+        assert!(text.contains("think"), "{text}");
+        let body = json!({"model": NAME, "prompt": "x", "raw": true, "think": true});
+        let (status, text) = call(&thinking, "POST", "/api/generate", Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+        // A template without thinking refuses it.
+        let body = json!({"model": NAME, "messages": ask(), "think": true});
+        let (status, text) = call(router(), "POST", "/api/chat", Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+        assert!(text.contains("cannot turn thinking on"), "{text}");
+    });
+}

@@ -70,6 +70,13 @@ impl GenerationJob {
         self
     }
 
+    /// The same job with special tokens written out in its text (a reasoning channel's
+    /// markers are special tokens).
+    pub fn keeping_special_tokens(mut self) -> Self {
+        self.special_tokens = SpecialTokens::Keep;
+        self
+    }
+
     /// The same job with `constraint` on its generated text (`None`: free text).
     pub fn constrained(mut self, constraint: Option<ConstraintSource>) -> Self {
         self.request.constraint = constraint;

@@ -30,6 +30,7 @@ mod ollama;
 mod ollama_types;
 mod openai;
 mod openai_types;
+mod reply;
 mod request;
 mod stop;
 mod stream;

@@ -27,7 +27,8 @@ use super::ollama_types::{
 use super::request::{in_range, top_logprobs, AppState};
 use super::stream;
 use super::structured::{incomplete, ollama_format};
-use super::tool_calls::{ollama_call, read_tools, template_call, StreamSplitter};
+use super::tool_calls::{ollama_call, read_tools, template_call, ReplySplitter};
+use crate::thinking::ThinkingSyntax;
 use crate::tokenizer::{ChatMessage, ChatOptions};
 
 const API: Api = Api::Ollama;
@@ -95,11 +96,60 @@ fn num_predict(options: &Options) -> Option<usize> {
     options.num_predict.and_then(|n| usize::try_from(n).ok())
 }
 
-fn refuse_unsupported(think: &Option<serde_json::Value>) -> Result<(), ApiError> {
-    if think.as_ref().is_some_and(|t| t != false && !t.is_null()) {
-        return Err(ApiError::bad_request(API, "`think` is not supported yet"));
+/// `think`: `true` (or a level, `"high"`, `"medium"`, `"low"`) turns the model's reasoning on,
+/// where its chat template can (Gemma 4's `enable_thinking`); the thinking's markers. `false`
+/// or nothing: off.
+fn thinking(
+    state: &AppState,
+    think: &Option<serde_json::Value>,
+) -> Result<Option<ThinkingSyntax>, ApiError> {
+    let on = match think {
+        None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(false)) => false,
+        Some(serde_json::Value::Bool(true)) => true,
+        Some(serde_json::Value::String(level))
+            if ["high", "medium", "low"].contains(&level.as_str()) =>
+        {
+            true
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                API,
+                format!(
+                    "`think` must be true, false, \"high\", \"medium\" or \"low\", got {other}"
+                ),
+            ))
+        }
+    };
+    if !on {
+        return Ok(None);
     }
-    Ok(())
+    let template = state
+        .engine
+        .chat_template()
+        .map_err(|e| ApiError::bad_request(API, format!("`think`: {e}")))?;
+    template
+        .thinking_syntax()
+        .cloned()
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                API,
+                format!(
+                    "`think`: the model's chat template ({}) cannot turn thinking on",
+                    template.path().display()
+                ),
+            )
+        })
+}
+
+/// The chat options of thinking on (`enable_thinking`) added to `options`.
+fn with_thinking(mut options: ChatOptions, thinking: &Option<ThinkingSyntax>) -> ChatOptions {
+    if thinking.is_some() {
+        options
+            .extra
+            .insert("enable_thinking".into(), minijinja::Value::from(true));
+    }
+    options
 }
 
 fn now_rfc3339() -> String {
@@ -126,7 +176,13 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Resp
     let started = std::time::Instant::now();
     let mut body: GenerateBody = parse(API, &body)?;
     state.check_model(API, &body.model)?;
-    refuse_unsupported(&body.think)?;
+    let think = thinking(&state, &body.think)?;
+    if think.is_some() && body.raw {
+        return Err(ApiError::bad_request(
+            API,
+            "`think` needs the chat template; a `raw` prompt has none",
+        ));
+    }
     let format = ollama_format(body.format.as_ref())?;
     let logprobs = top_logprobs(API, body.logprobs, Some(body.top_logprobs))?;
     if body.images.as_ref().is_some_and(|i| !i.is_empty()) {
@@ -161,6 +217,7 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Resp
             model: name,
             created_at: now_rfc3339(),
             response: String::new(),
+            thinking: None,
             done: true,
             tail: Tail::loaded(),
         })
@@ -178,17 +235,25 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Resp
         }
         messages.push(ChatMessage::text("user", &body.prompt));
         state
-            .chat_prompt(API, messages, ChatOptions::default())
+            .chat_prompt(API, messages, with_thinking(ChatOptions::default(), &think))
             .await?
     };
     let constraint = state.constraint(API, "format", format).await?;
-    let job = job(&state, prompt, &options, logprobs)?.constrained(constraint);
-    let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| GenerateChunk {
-        model: name.clone(),
-        created_at: now_rfc3339(),
-        response: text,
-        done: done.is_some(),
-        tail: Tail::of(lps, done),
+    let mut job = job(&state, prompt, &options, logprobs)?.constrained(constraint);
+    if think.is_some() {
+        job = job.keeping_special_tokens();
+    }
+    let splitter = ReplySplitter::new(None, think);
+    let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| {
+        let parts = splitter.push(&text, done.is_some());
+        GenerateChunk {
+            model: name.clone(),
+            created_at: now_rfc3339(),
+            response: parts.content,
+            thinking: (!parts.thinking.is_empty()).then_some(parts.thinking),
+            done: done.is_some(),
+            tail: Tail::of(lps, done),
+        }
     };
     respond(&state, job, body.stream.unwrap_or(true), started, frame).await
 }
@@ -198,7 +263,7 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
     let started = std::time::Instant::now();
     let body: ChatBody = parse(API, &body)?;
     state.check_model(API, &body.model)?;
-    refuse_unsupported(&body.think)?;
+    let think = thinking(&state, &body.think)?;
     let format = ollama_format(body.format.as_ref())?;
     let logprobs = top_logprobs(API, body.logprobs, Some(body.top_logprobs))?;
     let tool_choice = body.options.as_ref().and_then(|o| o.tool_choice.as_ref());
@@ -249,7 +314,10 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
         messages.push(message);
     }
     let options = body.options.clone().unwrap_or_default();
-    let chat_options = tools.as_ref().map(|t| t.chat_options()).unwrap_or_default();
+    let chat_options = with_thinking(
+        tools.as_ref().map(|t| t.chat_options()).unwrap_or_default(),
+        &think,
+    );
     let prompt = state.chat_prompt(API, messages, chat_options).await?;
     let constraint = match forced_call {
         Some(grammar) => state.constraint(API, "tool_choice", Some(grammar)).await?,
@@ -259,12 +327,16 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
     if let Some(t) = tools.as_ref().filter(|t| t.parses_calls()) {
         job = job.with_tools(&t.syntax);
     }
-    let splitter = StreamSplitter::new(tools.as_ref());
+    if think.is_some() {
+        job = job.keeping_special_tokens();
+    }
+    let splitter = ReplySplitter::new(tools.as_ref(), think);
     let frame = move |text: String, lps: Option<&[TokenLogprob]>, done: Done<'_>| {
-        let (content, calls) = splitter.push(&text, done.is_some());
-        let mut message = assistant(content);
-        if !calls.is_empty() {
-            message.tool_calls = Some(calls.iter().map(ollama_call).collect());
+        let parts = splitter.push(&text, done.is_some());
+        let mut message = assistant(parts.content);
+        message.thinking = (!parts.thinking.is_empty()).then_some(parts.thinking);
+        if !parts.calls.is_empty() {
+            message.tool_calls = Some(parts.calls.iter().map(ollama_call).collect());
         }
         ChatChunk {
             model: name.clone(),

@@ -156,6 +156,9 @@ pub struct GenerateChunk {
     pub model: String,
     pub created_at: String,
     pub response: String,
+    /// The model's reasoning, apart from `response` (with `think`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
     pub done: bool,
     #[serde(flatten)]
     pub tail: Tail,

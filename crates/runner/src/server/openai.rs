@@ -25,7 +25,7 @@ use super::openai_types::{
 use super::request::{in_range, top_logprobs, AppState};
 use super::stream;
 use super::structured::{incomplete, openai_response_format};
-use super::tool_calls::{openai_call, read_tools, split_all, template_call, StreamSplitter};
+use super::tool_calls::{openai_call, read_tools, split_all, template_call, ReplySplitter};
 use crate::tokenizer::{ChatContent, ChatMessage};
 use serde_json::Value;
 
@@ -343,7 +343,7 @@ pub async fn chat_completions(
         logprobs: lps.map(chat_logprobs),
         finish_reason: finish,
     };
-    let splitter = StreamSplitter::new(tools.as_ref());
+    let splitter = ReplySplitter::new(tools.as_ref(), None);
     // Calls streamed so far (their `index`).
     let called = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = called.clone();
@@ -373,7 +373,8 @@ pub async fn chat_completions(
         move |event| match event {
             Piece::Text(text, lps) => {
                 let lps = with_logprobs.then_some(lps);
-                let (content, calls) = splitter.push(&text, false);
+                let parts = splitter.push(&text, false);
+                let (content, calls) = (parts.content, parts.calls);
                 let mut choice = delta(None, Some(content), lps, None);
                 if let Some(d) = choice.delta.as_mut() {
                     d.tool_calls = stream_calls(calls);
@@ -382,7 +383,8 @@ pub async fn chat_completions(
             }
             Piece::End(done) => {
                 // What the splitter held back ends the text.
-                let (content, calls) = splitter.push("", true);
+                let parts = splitter.push("", true);
+                let (content, calls) = (parts.content, parts.calls);
                 let calls = stream_calls(calls);
                 let any_call = called.load(std::sync::atomic::Ordering::Relaxed) > 0;
                 let finish = if any_call || calls.is_some() {

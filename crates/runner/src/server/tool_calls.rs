@@ -2,8 +2,6 @@
 //! template, the tools rendered by it, a forced call made a grammar, and the generated text
 //! split into content and `tool_calls`.
 
-use std::sync::Mutex;
-
 use serde_json::{json, Map, Value};
 
 use super::error::{Api, ApiError};
@@ -11,6 +9,8 @@ use super::request::AppState;
 use crate::structured::OutputFormat;
 use crate::tokenizer::ChatOptions;
 use crate::tools::{call_grammar, Split, ToolCall, ToolCallSplitter, ToolChoice, ToolSyntax};
+
+pub use super::reply::ReplySplitter;
 
 /// Most tools one request may declare.
 pub const MAX_TOOLS: usize = 128;
@@ -239,7 +239,7 @@ pub fn split_all(syntax: &ToolSyntax, text: &str) -> (String, Vec<ToolCall>) {
 }
 
 /// The content and the calls of split pieces.
-fn gather(pieces: Vec<Split>) -> (String, Vec<ToolCall>) {
+pub(super) fn gather(pieces: Vec<Split>) -> (String, Vec<ToolCall>) {
     let mut content = String::new();
     let mut calls = Vec::new();
     for piece in pieces {
@@ -249,32 +249,4 @@ fn gather(pieces: Vec<Split>) -> (String, Vec<ToolCall>) {
         }
     }
     (content, calls)
-}
-
-/// A splitter shared by a stream's frames (they are built one at a time, from a `Fn`).
-#[derive(Debug)]
-pub struct StreamSplitter(Mutex<Option<ToolCallSplitter>>);
-
-impl StreamSplitter {
-    /// Splitting by `tools`' syntax when calls are looked for, else passing text through.
-    pub fn new(tools: Option<&RequestTools>) -> Self {
-        Self(Mutex::new(
-            tools
-                .filter(|t| t.parses_calls())
-                .map(|t| ToolCallSplitter::new(t.syntax.clone())),
-        ))
-    }
-
-    /// The content and calls certain after `piece` (`last`: the text ended).
-    pub fn push(&self, piece: &str, last: bool) -> (String, Vec<ToolCall>) {
-        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(splitter) = guard.as_mut() else {
-            return (piece.to_string(), Vec::new());
-        };
-        let mut pieces = splitter.push(piece);
-        if last {
-            pieces.extend(splitter.finish());
-        }
-        gather(pieces)
-    }
 }

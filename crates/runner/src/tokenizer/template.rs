@@ -90,6 +90,7 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     reads_parts: bool,
     tool_syntax: Option<crate::tools::ToolSyntax>,
+    thinking_syntax: Option<crate::thinking::ThinkingSyntax>,
     path: PathBuf,
     special_tokens: BTreeMap<String, String>,
 }
@@ -109,6 +110,7 @@ impl ChatTemplate {
             env,
             reads_parts: reads_content_parts(source),
             tool_syntax: crate::tools::ToolSyntax::of_template(source),
+            thinking_syntax: crate::thinking::ThinkingSyntax::of_template(source),
             path: path.to_path_buf(),
             special_tokens,
         })
@@ -124,6 +126,11 @@ impl ChatTemplate {
     /// The tool-call syntax the template renders, or `None` when it renders no tools.
     pub fn tool_syntax(&self) -> Option<&crate::tools::ToolSyntax> {
         self.tool_syntax.as_ref()
+    }
+
+    /// The reasoning channel the template can turn on (`enable_thinking`), if any.
+    pub fn thinking_syntax(&self) -> Option<&crate::thinking::ThinkingSyntax> {
+        self.thinking_syntax.as_ref()
     }
 
     /// The file the template came from.
