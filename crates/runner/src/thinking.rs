@@ -96,7 +96,7 @@ impl ThinkingSplitter {
                         }
                         self.place = Place::Answer;
                     } else {
-                        let keep = tail_prefix(&self.buffer, &self.syntax.close);
+                        let keep = crate::tools::held_back(&self.buffer, &self.syntax.close);
                         let ready = self.buffer.len() - keep;
                         if ready > 0 {
                             out.push(Thought::Thinking(self.buffer[..ready].to_string()));
@@ -128,18 +128,6 @@ impl ThinkingSplitter {
             Place::Start | Place::Answer => vec![Thought::Answer(rest)],
         }
     }
-}
-
-/// The length of the longest tail of `text` that is a proper prefix of `marker`.
-fn tail_prefix(text: &str, marker: &str) -> usize {
-    (1..marker.len().min(text.len() + 1))
-        .rev()
-        .find(|&n| {
-            text.is_char_boundary(text.len() - n)
-                && marker.is_char_boundary(n)
-                && text.ends_with(&marker[..n])
-        })
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -17,5 +17,6 @@ mod syntax;
 
 pub use arguments::{parse_call, ToolCall};
 pub use grammar::{call_grammar, ToolChoice};
+pub(crate) use splitter::held_back;
 pub use splitter::{Split, ToolCallSplitter};
 pub use syntax::ToolSyntax;

@@ -92,8 +92,9 @@ impl ToolCallSplitter {
 }
 
 /// The length of the longest tail of `text` that is a proper prefix of `marker` (on a
-/// character boundary).
-fn held_back(text: &str, marker: &str) -> usize {
+/// character boundary): what a streaming splitter holds back until it knows whether a marker
+/// starts there.
+pub(crate) fn held_back(text: &str, marker: &str) -> usize {
     (1..marker.len().min(text.len() + 1))
         .rev()
         .find(|&n| {
