@@ -392,3 +392,44 @@ fn sampled_constrained_speculation_keeps_the_masked_distribution() {
         );
     }
 }
+
+#[test]
+fn completeness_is_that_of_the_emitted_tokens_when_a_sink_stops_mid_round() {
+    // 5 6 7 forced, then nothing: complete after 7.
+    let grammar = TokenGrammar::new(
+        vec![vec![(5, 1)], vec![(6, 2)], vec![(7, 3)], vec![]],
+        vec![false, false, false, true],
+        None,
+    )
+    .expect("grammar");
+    let b = B::default();
+    let t = target(TinyConfig::default());
+    let ngram = NgramProposer::new(NgramOptions::new(1, 3).expect("n-gram sizes"));
+    let mut request = GenerateRequest::greedy(vec![3], 20);
+    request.constraint = Some(ConstraintSource::new(grammar));
+    for engine in [
+        Engine::new(&b, &t),
+        Engine::new(&b, &t).with_proposer(&ngram),
+    ] {
+        let engine = engine.with_env(no_env());
+        let full = run(&engine, &request);
+        assert_eq!(full.tokens, vec![5, 6, 7]);
+        assert_eq!(full.constraint_complete, Some(true));
+        // A client that goes away after two tokens: the third was chosen (in the same
+        // speculative round) but never emitted.
+        let mut seen = 0;
+        let mut stop_after_two = |_id: u32| {
+            seen += 1;
+            if seen >= 2 {
+                mtp_core::engine::SinkFlow::Stop
+            } else {
+                mtp_core::engine::SinkFlow::Continue
+            }
+        };
+        let cut = engine
+            .generate(&request, &mut stop_after_two, &CancelToken::new())
+            .expect("runs");
+        assert_eq!(cut.tokens, vec![5, 6]);
+        assert_eq!(cut.constraint_complete, Some(false), "{engine:?}");
+    }
+}

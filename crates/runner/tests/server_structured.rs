@@ -168,6 +168,18 @@ fn openai_response_format() {
             check_person(&content);
         }
 
+        // Cut by a stop string: the text the client gets is not the schema's, and it is said.
+        let body = json!({"model": NAME, "prompt": PROMPT, "temperature": 0, "max_tokens": 200,
+                          "stop": ["}"],
+                          "response_format": {"type": "json_schema",
+                                              "json_schema": {"name": "person", "schema": person()}}});
+        let (status, text) = call(router(), "POST", "/v1/completions", Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let v = json_of(&text);
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+        assert!(!v["choices"][0]["text"].as_str().unwrap().contains('}'), "{v}");
+        assert_eq!(v["structured_output"], "incomplete", "{v}");
+
         // Cut by max_tokens: finish_reason length, and said.
         let body = json!({"model": NAME, "temperature": 0, "max_tokens": 4,
                           "messages": [{"role": "user", "content": "x"}],

@@ -66,6 +66,13 @@ fn a_forced_choice_returns_a_call_with_json_arguments() {
             let v = json_of(&text);
             let choice0 = &v["choices"][0];
             assert_eq!(choice0["finish_reason"], "tool_calls", "{v}");
+            assert!(
+                choice0["message"]
+                    .as_object()
+                    .is_some_and(|m| m.contains_key("content"))
+                    && choice0["message"]["content"].is_null(),
+                "content is null beside the calls: {v}"
+            );
             let calls = choice0["message"]["tool_calls"]
                 .as_array()
                 .expect("tool_calls");
@@ -245,6 +252,10 @@ fn think_is_taken_where_the_template_can_think_and_refused_elsewhere() {
             assert_eq!(status, StatusCode::OK, "{text}");
             assert!(json_of(&text)["message"]["content"].is_string(), "{text}");
         }
+        let body = json!({"model": NAME, "messages": ask(), "think": true, "format": "json"});
+        let (status, text) = call(&thinking, "POST", "/api/chat", Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+        assert!(text.contains("cannot be combined"), "{text}");
         let body = json!({"model": NAME, "messages": ask(), "think": 7});
         let (status, text) = call(&thinking, "POST", "/api/chat", Some(body)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");

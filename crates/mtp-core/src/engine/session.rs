@@ -57,6 +57,10 @@ pub(super) struct Session<'s, B: Backend> {
     pub target_time: Duration,
     /// The request's constraint, advanced by every chosen token.
     pub constraint: Option<ActiveConstraint>,
+    /// Tokens the constraint was advanced by (emitted or about to be).
+    constraint_tokens: usize,
+    /// Whether generation ended at an EOS token (chosen, not emitted).
+    ended_at_eos: bool,
 }
 
 impl<'s, B: Backend> Session<'s, B> {
@@ -112,6 +116,8 @@ impl<'s, B: Backend> Session<'s, B> {
             first_token_at: None,
             target_time: Duration::ZERO,
             constraint,
+            constraint_tokens: 0,
+            ended_at_eos: false,
         })
     }
 
@@ -158,6 +164,7 @@ impl<'s, B: Backend> Session<'s, B> {
         }
         if self.eos.contains(&id) {
             self.done = Some(DoneReason::Stop);
+            self.ended_at_eos = true;
             return false;
         }
         self.tokens.push(id);
@@ -281,9 +288,29 @@ impl<'s, B: Backend> Session<'s, B> {
     /// Advance the constraint (if any) by chosen tokens.
     pub fn advance_constraint(&mut self, ids: &[u32]) -> Result<(), CoreError> {
         match &mut self.constraint {
-            Some(c) => c.advance(ids),
+            Some(c) => {
+                c.advance(ids)?;
+                self.constraint_tokens += ids.len();
+                Ok(())
+            }
             None => Ok(()),
         }
+    }
+
+    /// Whether the constraint's text is complete as far as it was emitted: a round's tokens
+    /// advance the constraint before they are emitted, so tokens an early end (a sink that
+    /// stops, the budget) left unemitted are rolled back first.
+    fn emitted_text_complete(&mut self) -> Option<bool> {
+        let consumed = self.tokens.len() + usize::from(self.ended_at_eos);
+        let excess = self.constraint_tokens.saturating_sub(consumed);
+        let constraint = self.constraint.as_mut()?;
+        if excess > 0 {
+            if let Err(error) = constraint.rollback(excess) {
+                tracing::warn!(target: "mtp", %error, "rolling back unemitted tokens failed");
+                return Some(false);
+            }
+        }
+        Some(constraint.is_complete())
     }
 
     /// Whether the constraint allows nothing more: then the session ends here with
@@ -448,7 +475,7 @@ impl<'s, B: Backend> Session<'s, B> {
         let generated = self.tokens.len();
         let done_reason = self.done.unwrap_or(DoneReason::Length);
         let context_full = done_reason == DoneReason::Length && self.budget < self.num_predict;
-        let constraint_complete = self.constraint.as_mut().map(|c| c.is_complete());
+        let constraint_complete = self.emitted_text_complete();
         Response {
             tokens: self.tokens,
             done_reason,

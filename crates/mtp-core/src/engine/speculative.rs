@@ -529,8 +529,9 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
 
     /// The constraint's forced continuation as this round's drafts (no proposer call), or
     /// `None` when nothing is forced, there is no constraint, or the round cannot draft
-    /// (sampled rounds need batched validation). At most [`FORCED_DRAFT_MAX`] tokens and
-    /// fewer than `remaining`.
+    /// (sampled rounds need batched validation) or the batch's switch turned drafting off. At
+    /// most [`FORCED_DRAFT_MAX`] tokens, the request's maximum draft depth, and fewer than
+    /// `remaining`.
     fn propose_forced(
         &mut self,
         validation: ValidationMode,
@@ -539,13 +540,20 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
         if self.mode == DecodeMode::SampledMtp && validation != ValidationMode::Batched {
             return Ok(None);
         }
+        // A batch that turned drafting off at its size verifies no forced drafts either.
+        if self.switch.is_some_and(|s| !s.speculate()) {
+            return Ok(None);
+        }
+        let cap = FORCED_DRAFT_MAX
+            .min(self.options.max_draft_tokens)
+            .min(remaining.saturating_sub(1));
         let s = &mut *self.session;
         let Some(constraint) = s.constraint.as_mut() else {
             return Ok(None);
         };
         let started = Instant::now();
         let mut forced = constraint.forced()?;
-        forced.truncate(FORCED_DRAFT_MAX.min(remaining.saturating_sub(1)));
+        forced.truncate(cap);
         if forced.is_empty() {
             return Ok(None);
         }

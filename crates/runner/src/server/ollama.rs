@@ -142,6 +142,22 @@ fn thinking(
         })
 }
 
+/// A grammar on the reply (`format`, a forced tool call) leaves no room for the reasoning
+/// channel: with `think` on it is refused rather than the thinking silently dropped.
+fn refuse_grammar_with_thinking(
+    think: &Option<ThinkingSyntax>,
+    grammar: bool,
+) -> Result<(), ApiError> {
+    if think.is_some() && grammar {
+        return Err(ApiError::bad_request(
+            API,
+            "`think` cannot be combined with `format` or a forced tool call (the grammar would \
+             leave no room for the reasoning)",
+        ));
+    }
+    Ok(())
+}
+
 /// The chat options of thinking on (`enable_thinking`) added to `options`.
 fn with_thinking(mut options: ChatOptions, thinking: &Option<ThinkingSyntax>) -> ChatOptions {
     if thinking.is_some() {
@@ -184,6 +200,7 @@ pub async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Resp
         ));
     }
     let format = ollama_format(body.format.as_ref())?;
+    refuse_grammar_with_thinking(&think, format.is_some())?;
     let logprobs = top_logprobs(API, body.logprobs, Some(body.top_logprobs))?;
     if body.images.as_ref().is_some_and(|i| !i.is_empty()) {
         return Err(ApiError::bad_request(
@@ -269,6 +286,7 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
     let tool_choice = body.options.as_ref().and_then(|o| o.tool_choice.as_ref());
     let tools = read_tools(&state, API, body.tools.as_deref(), tool_choice)?;
     let forced_call = tools.as_ref().and_then(|t| t.grammar(&state));
+    refuse_grammar_with_thinking(&think, format.is_some() || forced_call.is_some())?;
     if forced_call.is_some() && format.is_some() {
         return Err(ApiError::bad_request(
             API,

@@ -223,7 +223,7 @@ pub async fn chat_completions(
     if forced_call.is_some() && format.is_some() {
         return Err(ApiError::bad_request(
             API,
-            "a forced tool call (tool_choice required or named) and response_format cannot be              combined",
+            "a forced tool call (tool_choice required or named) and response_format cannot be combined",
         )
         .with_param("tool_choice"));
     }
@@ -319,7 +319,12 @@ pub async fn chat_completions(
             index: 0,
             message: Some(MessageOut {
                 role: Some("assistant"),
-                content: (!content.is_empty() || tool_calls.is_empty()).then_some(content),
+                // OpenAI sends `"content": null` beside tool calls.
+                content: Some(if content.is_empty() && !tool_calls.is_empty() {
+                    Value::Null
+                } else {
+                    Value::String(content)
+                }),
                 tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
             }),
             delta: None,
@@ -337,7 +342,7 @@ pub async fn chat_completions(
         message: None,
         delta: Some(MessageOut {
             role,
-            content,
+            content: content.map(Value::String),
             tool_calls: None,
         }),
         logprobs: lps.map(chat_logprobs),

@@ -131,8 +131,9 @@ pub struct PromptTokensDetails {
 pub struct MessageOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
+    /// The text (`null` beside tool calls; left out of a delta that has none).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
+    pub content: Option<Value>,
     /// Calls the model made (OpenAI's shape; in a stream chunk, with their `index`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<Value>>,

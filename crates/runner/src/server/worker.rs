@@ -471,6 +471,11 @@ fn run_job<B: Backend>(
             DoneReason::Cancelled => FinishReason::Cancelled,
         }
     };
+    let mut response = response;
+    if stop.stopped() && response.constraint_complete.is_some() {
+        // A stop string cut the text: what the client gets is not the grammar's sentence.
+        response.constraint_complete = Some(false);
+    }
     metrics::generation(&response, first_token.elapsed());
     finished(Finished::from_response(response, reason, queued_for))
 }

@@ -34,6 +34,7 @@ pub fn parse_call(body: &str, syntax: &ToolSyntax) -> Result<ToolCall, String> {
     let mut cursor = Cursor {
         text: &rest[open..],
         quote: &syntax.quote,
+        depth: 0,
     };
     let arguments = cursor.object()?;
     if !cursor.text.trim().is_empty() {
@@ -45,10 +46,16 @@ pub fn parse_call(body: &str, syntax: &ToolSyntax) -> Result<ToolCall, String> {
     })
 }
 
+/// Most objects and arrays nested in a call's arguments (serde_json's limit): the reader
+/// recurses once per level, and model output must not be able to exhaust the stack.
+const MAX_DEPTH: usize = 128;
+
 /// A recursive-descent reader over the rest of a call.
 struct Cursor<'a> {
     text: &'a str,
     quote: &'a str,
+    /// Objects and arrays open around the reader.
+    depth: usize,
 }
 
 impl Cursor<'_> {
@@ -79,10 +86,21 @@ impl Cursor<'_> {
         self.text.chars().take(24).collect()
     }
 
+    /// One level deeper; an error past [`MAX_DEPTH`].
+    fn descend(&mut self) -> Result<(), String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(format!("arguments nested deeper than {MAX_DEPTH} levels"));
+        }
+        Ok(())
+    }
+
     fn object(&mut self) -> Result<Map<String, Value>, String> {
         self.expect("{")?;
+        self.descend()?;
         let mut map = Map::new();
         if self.eat("}") {
+            self.depth -= 1;
             return Ok(map);
         }
         loop {
@@ -91,6 +109,7 @@ impl Cursor<'_> {
             let value = self.value()?;
             map.insert(key, value);
             if self.eat("}") {
+                self.depth -= 1;
                 return Ok(map);
             }
             self.expect(",")?;
@@ -134,13 +153,16 @@ impl Cursor<'_> {
             return self.object().map(Value::Object);
         }
         if self.eat("[") {
+            self.descend()?;
             let mut items = Vec::new();
             if self.eat("]") {
+                self.depth -= 1;
                 return Ok(Value::Array(items));
             }
             loop {
                 items.push(self.value()?);
                 if self.eat("]") {
+                    self.depth -= 1;
                     return Ok(Value::Array(items));
                 }
                 self.expect(",")?;
@@ -212,5 +234,16 @@ mod tests {
         ] {
             assert!(parse_call(bad, &g4).is_err(), "{bad:?}");
         }
+        // Deep nesting is an error, not a stack overflow (unbalanced or not).
+        let deep = format!(
+            "call:f{{a:{}1{}}}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        assert!(parse_call(&deep, &g4).unwrap_err().contains("nested"));
+        let open = format!("call:f{{a:{}", "[".repeat(100_000));
+        assert!(parse_call(&open, &g4).is_err());
+        let fine = format!("call:f{{a:{}1{}}}", "[".repeat(100), "]".repeat(100));
+        assert!(parse_call(&fine, &g4).is_ok());
     }
 }
