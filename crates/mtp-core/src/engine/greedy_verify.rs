@@ -9,7 +9,7 @@
 //! penalties emits exactly the tokens of plain penalised greedy decode. That path reads the
 //! `k + 1` logits rows to the host, as sampled verification does.
 
-use super::session::{check_flags, check_row, first};
+use super::session::{check_flags, check_row};
 use super::speculative::SpeculativeRun;
 use crate::acceptance::Verdict;
 use crate::constraint::{masked_logits, TokenMask};
@@ -135,10 +135,7 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
         let s = &*self.session;
         let backend = s.backend;
         if s.device_argmax() {
-            let (ids, flags) = s.checked_argmax(logits)?;
-            let read = backend.to_vec_u32(&backend.concat(&[&ids, &flags], 1)?)?;
-            check_flags(&read[1..], position)?;
-            return Ok(first(read)?);
+            return s.device_choice(logits, position);
         }
         let row = backend.to_vec_f32(logits)?;
         check_row(&row, position)?;

@@ -224,12 +224,7 @@ impl<'s, B: Backend> Session<'s, B> {
             if self.device_argmax && self.top_logprobs.is_none() {
                 // The unmasked argmax, when allowed, is the masked one: the bias is built only
                 // where the constraint changes the choice.
-                let (ids, flags) = self.checked_argmax(logits)?;
-                let read = self
-                    .backend
-                    .to_vec_u32(&self.backend.concat(&[&ids, &flags], 1)?)?;
-                check_flags(&read[1..], self.position.saturating_sub(1))?;
-                let id = first(read)?;
+                let id = self.device_choice(logits, self.position.saturating_sub(1))?;
                 if mask.allows(id) {
                     self.sampler.commit(&[id]);
                     self.advance_constraint(&[id])?;
@@ -247,12 +242,7 @@ impl<'s, B: Backend> Session<'s, B> {
         };
         let row_position = self.position.saturating_sub(1);
         let (id, scored) = if self.device_argmax {
-            let (ids, flags) = self.checked_argmax(logits)?;
-            let read = self
-                .backend
-                .to_vec_u32(&self.backend.concat(&[&ids, &flags], 1)?)?;
-            check_flags(&read[1..], row_position)?;
-            let id = first(read)?;
+            let id = self.device_choice(logits, row_position)?;
             let scored = match self.top_logprobs {
                 Some(top) => {
                     let row = self.backend.to_vec_f32(logits)?;
@@ -360,6 +350,17 @@ impl<'s, B: Backend> Session<'s, B> {
                 "greedy log-probabilities need the whole logits row".into(),
             )),
         }
+    }
+
+    /// The argmax of logits `[1, 1, v]` (the row at `position`), read with its non-finite
+    /// flag: an error when the row is not finite.
+    pub fn device_choice(&self, logits: &B::Array, position: usize) -> Result<u32, B::Error> {
+        let (ids, flags) = self.checked_argmax(logits)?;
+        let read = self
+            .backend
+            .to_vec_u32(&self.backend.concat(&[&ids, &flags], 1)?)?;
+        check_flags(&read[1..], position)?;
+        Ok(first(read)?)
     }
 
     /// The argmax ids `[1, t]` of logits `[1, t, v]` and each row's non-finite flag `[1, t]`

@@ -25,7 +25,7 @@ use super::openai_types::{
 use super::request::{in_range, top_logprobs, AppState};
 use super::stream;
 use super::structured::{incomplete, openai_response_format};
-use super::tool_calls::{openai_call, read_tools, split_all, template_call, ReplySplitter};
+use super::tool_calls::{openai_call, read_tools, template_call, ReplySplitter};
 use crate::tokenizer::{ChatContent, ChatMessage};
 use serde_json::Value;
 
@@ -280,10 +280,7 @@ pub async fn chat_completions(
     if let Some(t) = tools.as_ref().filter(|t| t.parses_calls()) {
         job = job.with_tools(&t.syntax);
     }
-    let syntax = tools
-        .as_ref()
-        .filter(|t| t.parses_calls())
-        .map(|t| t.syntax.clone());
+    let splitter = ReplySplitter::new(tools.as_ref(), None);
     let with_logprobs = job.with_logprobs();
     let name = state.engine.model().name.clone();
     let id = request_id("chatcmpl");
@@ -302,10 +299,8 @@ pub async fn chat_completions(
     if !c.stream.unwrap_or(false) {
         let all = run(&state, job).await?;
         let done = all.done;
-        let (content, calls) = match &syntax {
-            Some(syntax) => split_all(syntax, &all.text),
-            None => (all.text, Vec::new()),
-        };
+        let parts = splitter.push(&all.text, true);
+        let (content, calls) = (parts.content, parts.calls);
         let tool_calls: Vec<Value> = calls
             .iter()
             .map(|call| openai_call(call, request_id("call")))
@@ -348,7 +343,6 @@ pub async fn chat_completions(
         logprobs: lps.map(chat_logprobs),
         finish_reason: finish,
     };
-    let splitter = ReplySplitter::new(tools.as_ref(), None);
     // Calls streamed so far (their `index`).
     let called = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = called.clone();

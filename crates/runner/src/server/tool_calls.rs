@@ -8,7 +8,7 @@ use super::error::{Api, ApiError};
 use super::request::AppState;
 use crate::structured::OutputFormat;
 use crate::tokenizer::ChatOptions;
-use crate::tools::{call_grammar, Split, ToolCall, ToolCallSplitter, ToolChoice, ToolSyntax};
+use crate::tools::{call_grammar, Split, ToolCall, ToolChoice, ToolSyntax};
 
 pub use super::reply::ReplySplitter;
 
@@ -228,14 +228,6 @@ pub fn template_call(api: Api, call: &Value, at: &str) -> Result<Value, ApiError
         Some(_) => return Err(bad(format!("{at}.function.arguments is not a JSON object"))),
     };
     Ok(json!({"type": "function", "function": {"name": name, "arguments": arguments}}))
-}
-
-/// The content and calls of a whole generated text.
-pub fn split_all(syntax: &ToolSyntax, text: &str) -> (String, Vec<ToolCall>) {
-    let mut splitter = ToolCallSplitter::new(syntax.clone());
-    let mut pieces = splitter.push(text);
-    pieces.extend(splitter.finish());
-    gather(pieces)
 }
 
 /// The content and the calls of split pieces.

@@ -1,19 +1,19 @@
 //! A compiled grammar as the engine's constraint: one llguidance `Matcher` per generation.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use llguidance::api::{StopReason, TopLevelGrammar};
-use llguidance::{Matcher, ParserFactory};
+use llguidance::api::StopReason;
+use llguidance::{Matcher, TokenParser};
 use mtp_core::constraint::{Constraint, ConstraintFactory, ConstraintSource, TokenMask};
 use mtp_core::CoreError;
 
 /// A grammar compiled for one model's vocabulary (see
 /// [`GrammarVocabulary::compile`](super::GrammarVocabulary::compile)); each generation gets a
-/// fresh matcher from it.
+/// fresh matcher from a copy of the compiled parser (the grammar is compiled once).
 #[derive(Clone)]
 pub struct GrammarConstraint {
-    factory: Arc<ParserFactory>,
-    grammar: TopLevelGrammar,
+    /// The compiled parser, never advanced itself.
+    parser: Arc<Mutex<TokenParser>>,
     vocab: usize,
 }
 
@@ -26,10 +26,9 @@ impl std::fmt::Debug for GrammarConstraint {
 }
 
 impl GrammarConstraint {
-    pub(super) fn new(factory: Arc<ParserFactory>, grammar: TopLevelGrammar, vocab: usize) -> Self {
+    pub(super) fn new(parser: TokenParser, vocab: usize) -> Self {
         Self {
-            factory,
-            grammar,
+            parser: Arc::new(Mutex::new(parser)),
             vocab,
         }
     }
@@ -49,8 +48,12 @@ impl ConstraintFactory for GrammarConstraint {
                 self.vocab
             )));
         }
-        let parser = self.factory.create_parser(self.grammar.clone());
-        let matcher = Matcher::new(parser);
+        let parser = self
+            .parser
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .deep_clone();
+        let matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
             return Err(CoreError::Constraint(e));
         }

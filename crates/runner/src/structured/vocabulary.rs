@@ -57,15 +57,11 @@ impl GrammarVocabulary {
     /// `format` compiled for this vocabulary: an error naming the problem when the schema,
     /// regex or grammar is invalid or uses something unsupported.
     pub fn compile(&self, format: &OutputFormat) -> Result<GrammarConstraint, StructuredError> {
-        let grammar = format.grammar()?;
-        // Compiling once here checks the format before any generation starts.
-        self.factory
-            .create_parser(grammar.clone())
+        // Compiled once, here: an invalid format is refused before any generation starts.
+        let parser = self
+            .factory
+            .create_parser(format.grammar()?)
             .map_err(|e| StructuredError::InvalidFormat(e.to_string()))?;
-        Ok(GrammarConstraint::new(
-            self.factory.clone(),
-            grammar,
-            self.vocab,
-        ))
+        Ok(GrammarConstraint::new(parser, self.vocab))
     }
 }
