@@ -10,9 +10,10 @@ google-gemma-2-2b-it.jinja` of the sdist — for one user turn it renders exactl
 template; the real GGUF is Gemma 3 270M's base model, which has no template of its own):
 
 * ours: `mtp bench --draft-kind ngram` on the real GGUF — plain decoding, prompt lookup under
-  the default (adaptive) schedule with a new controller per request (as each `mtp generate`
-  process has), and lookup at fixed depths; per-prompt decode rates (first token to last),
-  prefill, the generated ids;
+  the default (adaptive) schedule with a new controller per request (as a first `mtp generate`
+  has) and with the controller carried over from request to request (as `mtp serve` and later
+  `mtp generate` runs have), and lookup at fixed depths, all in one interleaved run; per-prompt
+  decode rates (first token to last), prefill, the generated ids;
 * llama.cpp: `llama-server` built natively from the same release's vendored tree
   (`build_llama_cpp.sh`), one server per speculation kind (none, and its C++ n-gram
   speculators `ngram-simple`, `ngram-map-k`, `ngram-mod` with their defaults), fed our prompt
@@ -22,7 +23,8 @@ template; the real GGUF is Gemma 3 270M's base model, which has no template of i
   continuation that loops shows here).
 
 And the default pair (`models/default/`, ours only: no peer runs it): plain, the default
-schedule (adaptive, new controller per request), the seed's constant depth 4, and fixed depths.
+schedule (adaptive, new and carried-over controllers), the seed's constant depth 4, and fixed
+depths.
 
 Usage (about 60 minutes on 2 cores):
   cargo build --release -p runner
@@ -74,13 +76,13 @@ def sampling_flags(sampling: str) -> list[str]:
 
 
 def ours(args, prompts: Path, sampling: str, chat: bool, out: Path, *, model: list[str],
-         depths: str, schedules: str, fresh: bool = True, reps: int | None = None) -> dict:
+         depths: str, reps: int | None = None) -> dict:
+    """One `mtp bench` run: plain, the default schedule with a new and a carried-over
+    controller, and the fixed `depths`, interleaved prompt by prompt."""
     cmd = [args.mtp, "bench", *model, "--prompts", prompts, "-n", args.num_predict,
-           "--reps", reps or args.reps, "--warmup", 1, "--depths", depths, "--schedules", schedules,
-           "--cost-reps", 5, "--max-width", 9, "--threads", args.threads,
-           *sampling_flags(sampling), "--json", out]
-    if fresh:
-        cmd.append("--fresh-schedules")
+           "--reps", reps or args.reps, "--warmup", 1, "--depths", depths, "--schedules", "adaptive",
+           "--controllers", "fresh,carried", "--cost-reps", 5, "--max-width", 9,
+           "--threads", args.threads, *sampling_flags(sampling), "--json", out]
     if chat:
         cmd += ["--chat", "--chat-template", args.chat_template]
     sh(cmd, stdout=subprocess.DEVNULL)
@@ -239,7 +241,7 @@ def main() -> int:
     ap.add_argument("-n", "--num-predict", type=int, default=128)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--depths", default="2,4,8", help="our fixed lookup depths")
+    ap.add_argument("--depths", default="2,4,8,16", help="our fixed lookup depths")
     ap.add_argument("--parts", default="real,default-pair",
                     help="what to run: `real` (the GGUF against llama.cpp), `default-pair`; "
                          "running only `default-pair` replaces those rows of an existing race.json")
@@ -288,8 +290,7 @@ def run_real(args, report: dict) -> None:
         for sampling in args.samplings.split(","):
             tag = f"{set_name}-{sampling}"
             our = ours(args, prompts, sampling, set_name == "chat", args.out / f"ours-{tag}.json",
-                       model=["--model", args.gguf, "--draft-kind", "ngram"], depths=args.depths,
-                       schedules="adaptive")
+                       model=["--model", args.gguf, "--draft-kind", "ngram"], depths=args.depths)
             ids = our["setup"]["prompt_ids"]
             llama = llama_runs(args, ids, sampling, args.out)
             plain = next(v for v in our["variants"] if v["name"] == "plain")
@@ -313,17 +314,12 @@ def run_default_pair(args, report: dict) -> None:
     """The default pair: ours only, the controller new per request and carried over."""
     sets = [("open", ROOT / "models" / "prompts.txt"),
             ("grounded", ROOT / "models" / "prompts-grounded.txt")]
-    # The controller new per request (each `mtp generate` process) and carried over from
-    # request to request (`mtp serve`), each run with its own plain rows.
-    for (set_name, file), sampling, fresh in itertools.product(
-            sets, args.samplings.split(","), (True, False)):
-        tag = f"default-pair-{set_name}-{sampling}-{'fresh' if fresh else 'shared'}"
+    for (set_name, file), sampling in itertools.product(sets, args.samplings.split(",")):
+        tag = f"default-pair-{set_name}-{sampling}"
         our = ours(args, file, sampling, False, args.out / f"ours-{tag}.json", model=[],
-                   depths="1,2,3,4", schedules="adaptive", fresh=fresh,
-                   reps=args.default_pair_reps)
+                   depths="1,2,3,4", reps=args.default_pair_reps)
         report.setdefault("default_pair", []).append({
             "set": set_name, "sampling": sampling, "prompts": our["setup"]["prompts"],
-            "controller": "new per request" if fresh else "carried over",
             "reps": our["setup"]["reps"],
             "ours": {v["name"]: {"per_prompt_tps": v["per_prompt_decode_tokens_per_second"],
                                  "acceptance": v["acceptance"], "mean_accepted": v["mean_accepted"],

@@ -249,6 +249,36 @@ fn quick_bench_runs_quantized_weights_on_candle() {
 }
 
 #[test]
+fn bench_measures_a_new_and_a_carried_controller_side_by_side() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (table, report) = run_quick(
+        "reference",
+        dir.path(),
+        &["--schedules", "adaptive", "--controllers", "fresh,carried"],
+    );
+    let names: Vec<&str> = report["variants"]
+        .as_array()
+        .expect("variants")
+        .iter()
+        .map(|v| v["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "plain",
+            "mtp-adaptive-fresh",
+            "mtp-adaptive",
+            "mtp-k1",
+            "mtp-k2"
+        ]
+    );
+    assert!(table.contains("mtp-adaptive-fresh"), "{table}");
+    for v in report["variants"].as_array().expect("variants") {
+        assert_eq!(v["greedy_match"], true, "{}", v["name"]);
+    }
+}
+
+#[test]
 fn bench_needs_a_drafter() {
     let case = Case::named("copy_drafter");
     let mut cmd = mtp();

@@ -15,9 +15,11 @@ const PROBE_INTERVAL_MAX: u32 = 256;
 /// first draft step, the wider verify) that one accepted draft may not repay while two do; a
 /// probe at 2 refreshes both positions. From a drafting depth `d` the probe is `d + 1`.
 const PROBE_FROM_PLAIN: usize = 2;
-/// How far past the acceptance frontier the controller looks (the positions past it are
+/// How far past the sampled positions the controller looks (the positions past them are
 /// scored on the rates of measured positions, never on an optimistic guess).
-const REACH_PAST_FRONTIER: usize = 4;
+const REACH_PAST_SAMPLED: usize = 4;
+/// Samples every position up to the reach's base needs (see [`DepthController`]'s reach).
+const SAMPLES_FOR_REACH: u64 = 2;
 /// The share of time probes may cost, by the current estimates: a probe whose depth is
 /// expected to lose `L` seconds against the best depth's rate waits at least
 /// `L / (PROBE_BUDGET × cost(best))` rounds after the last one, so a controller that keeps
@@ -44,16 +46,25 @@ const CONFIDENCE_Z: f64 = 2.0;
 /// `N` (`CostModel`). Depth 0 is plain decode: `E(0) = 1`, so drafting is chosen only when it
 /// beats plain decode's measured rate. Ties go to the smaller depth.
 ///
-/// **Reach.** `R = min(limit, frontier + 4)`: the request's limit (its `max_draft_tokens`,
-/// clamped to the context) and four past the deepest position whose acceptance is trusted
-/// (10 samples), so the depth climbs as acceptance is measured instead of leaping deep on a
-/// guess; the untrusted positions are scored on measured rates (see `AcceptanceModel`).
+/// **Reach.** `R = min(limit, s + 4)`: the request's limit (its `max_draft_tokens`, clamped to
+/// the context) and four past `s`, the deepest position with every position up to it sampled
+/// twice or more, so the depth climbs as acceptance is measured instead of leaping deep on a
+/// guess; positions with fewer than 10 samples are scored leaning on measured rates (see
+/// `AcceptanceModel`).
 ///
 /// **Exploration.** Depths 0 and 1 are played first, two rounds each, to measure their cost;
 /// every other depth is judged by the straight cost line through the measured depths
-/// (`CostModel::estimates`) until it is played, and played when that line makes it the best
-/// (which measures it), one depth past the deepest measured at a time, so a guess never leaps
-/// far. Until position 1's acceptance is trusted its few samples lean towards ½ (see
+/// (`CostModel::estimates`) until it is measured, and played when that line makes it the best
+/// (which measures it), at most twice the deepest depth played, so a guess never leaps
+/// far. **Slow start** (after TCP's congestion control): while every draft judged since the
+/// controller was made has been accepted, each round that drafted asks the next for twice as
+/// many (1, 2, 4, 8, … up to the limit), as long as the rough cost line through the depths
+/// played so far says the doubled depth would beat the last one were every draft accepted; the
+/// first rejected draft ends it for good. Text that copies its prompt (prompt lookup on a
+/// quote) reaches a deep depth within a few rounds instead of one depth per two rounds, which
+/// matters over a 128-token reply; a proposer that is often wrong leaves slow start within a
+/// round or two. A controller read back from state stored without slow start does not resume it.
+/// Until position 1's acceptance is trusted its few samples lean towards ½ (see
 /// `AcceptanceModel`): two lucky first rounds do not read as certain acceptance. Afterwards
 /// the controller plays the best depth and probes one round now and then, alternately above it (`best + 1`, within `R`; 2 from depth 0: the first draft
 /// carries the fixed cost of drafting, so a pair where only two drafts pay is still found) and
@@ -99,6 +110,14 @@ pub struct DepthController {
     /// Whether the next down-probe from a best of 2 or more goes to plain decoding (they
     /// alternate between it and the neighbour below).
     plain_next: bool,
+    /// Whether every draft judged so far was accepted (slow start; see the type's docs). State
+    /// stored before this field existed reads as `false`: it has a history.
+    #[serde(default)]
+    streak: bool,
+    /// The drafts asked for in the last round, when it drafted and every draft was accepted
+    /// while the streak holds: slow start doubles it.
+    #[serde(default)]
+    streak_depth: Option<usize>,
 }
 
 impl Default for DepthController {
@@ -141,6 +160,8 @@ impl DepthController {
             probed: None,
             probe_down: false,
             plain_next: false,
+            streak: true,
+            streak_depth: None,
         }
     }
 
@@ -154,6 +175,9 @@ impl DepthController {
             && self.planned <= MAX_DRAFT_TOKENS_LIMIT
             && self.best <= MAX_DRAFT_TOKENS_LIMIT
             && self.probed.is_none_or(|p| p <= MAX_DRAFT_TOKENS_LIMIT)
+            && self
+                .streak_depth
+                .is_none_or(|d| d <= MAX_DRAFT_TOKENS_LIMIT)
             && (PROBE_INTERVAL_MIN..=PROBE_INTERVAL_MAX).contains(&self.interval)
     }
 
@@ -164,10 +188,13 @@ impl DepthController {
 
     /// Learn from a finished round and plan the next one under `limit`.
     pub fn observe(&mut self, report: &RoundReport, limit: usize) {
+        let judged = report.judged.min(report.drafted);
         if report.drafted > 0 {
-            self.accept
-                .observe(report.judged.min(report.drafted), report.accepted);
+            self.accept.observe(judged, report.accepted);
+            self.streak &= report.accepted >= judged;
         }
+        self.streak_depth = (self.streak && report.drafted > 0 && report.accepted >= judged)
+            .then_some(report.asked);
         if report.asked > 0 {
             self.offer.observe(report.asked, report.drafted);
         }
@@ -176,11 +203,11 @@ impl DepthController {
         self.planned = self.plan(limit);
     }
 
-    /// The deepest depth considered under `limit`: two past the acceptance frontier.
+    /// The deepest depth considered under `limit`: four past the positions sampled twice.
     fn reach(&self, limit: usize) -> usize {
         limit
             .min(MAX_DRAFT_TOKENS_LIMIT)
-            .min(self.accept.frontier() + REACH_PAST_FRONTIER)
+            .min(self.accept.reached(SAMPLES_FOR_REACH) + REACH_PAST_SAMPLED)
     }
 
     /// The measured best depth within `0..=reach`, over the depths whose cost is measured
@@ -232,6 +259,29 @@ impl DepthController {
             .collect()
     }
 
+    /// Slow start (after TCP's): while every draft so far was accepted, the next round asks for
+    /// twice the last round's drafts, as long as the cost line says that depth would beat the
+    /// last one if every draft were accepted. The first rejection ends it for good, and the
+    /// objective takes over with the samples it gathered.
+    fn slow_start_depth(&self, limit: usize) -> Option<usize> {
+        let last = self.streak_depth?;
+        let next = last
+            .saturating_mul(2)
+            .min(limit)
+            .min(MAX_DRAFT_TOKENS_LIMIT);
+        if next <= last {
+            return None;
+        }
+        let costs = self.cost.rough_estimates(next);
+        match (costs[last], costs[next]) {
+            (Some(shallow), Some(deep)) => {
+                ((next + 1) as f64 / deep > (last + 1) as f64 / shallow).then_some(next)
+            }
+            // One depth played: nothing to draw a line through yet, double blind once.
+            _ => Some(next),
+        }
+    }
+
     /// Rounds a probe at `probe` must wait under [`PROBE_BUDGET`]: the time it is expected
     /// to lose against `best`'s rate, over the budget's share of a round at `best`.
     fn budget_interval(&self, limit: usize, probe: usize, best: usize) -> u32 {
@@ -256,6 +306,9 @@ impl DepthController {
     /// best depth by the estimates when it is unplayed, else a probe when one is due, else the
     /// best depth.
     fn plan(&mut self, limit: usize) -> usize {
+        if let Some(next) = self.slow_start_depth(limit) {
+            return next;
+        }
         let reach = self.reach(limit);
         // Until two depths are measured no line judges the others: play them, shallowest first.
         if self.cost.measured() < 2 {
@@ -265,13 +318,13 @@ impl DepthController {
         }
         let best = self.best_depth(limit);
         if self.cost.get(best).is_none() {
-            // The line says an unplayed depth is best: play it, which measures it — but climb
-            // one past the deepest measured depth at a time, so a guess never leaps far.
+            // The line says an unmeasured depth is best: play it, which measures it — but climb
+            // to at most twice the deepest depth played, so a guess never leaps far.
             let deepest = (0..=reach)
                 .rev()
-                .find(|&d| self.cost.get(d).is_some())
+                .find(|&d| self.cost.played(d))
                 .unwrap_or(0);
-            return best.min(deepest + 1);
+            return best.min((2 * deepest).max(deepest + 1));
         }
         if best != self.best {
             self.best = best;
@@ -426,17 +479,66 @@ mod tests {
     }
 
     #[test]
-    fn starts_at_zero_and_measures_each_depth_within_reach() {
+    fn starts_at_zero_then_slow_starts_while_every_draft_is_accepted() {
         let mut s = AdaptiveSchedule::new(16);
         let mut played = Vec::new();
-        for _ in 0..4 {
+        for _ in 0..7 {
             let d = s.depth();
             played.push(d);
             s.observe(&round(d, d, d, 10));
         }
-        // Depth 0 twice (its cost), then depth 1 twice (position 1 is not trusted yet, so the
-        // reach is 1).
+        // Depth 0 twice (its cost), then 1, doubling while every draft is accepted at a flat
+        // cost, up to the limit.
+        assert_eq!(played, vec![0, 0, 1, 2, 4, 8, 16]);
+    }
+
+    #[test]
+    fn a_rejection_ends_slow_start_for_good() {
+        let mut c = DepthController::new();
+        let mut played = Vec::new();
+        for i in 0..4 {
+            let d = c.planned(16);
+            played.push(d);
+            // The first round at depth 1 is rejected: depth 1 is measured once more, as before
+            // slow start existed.
+            let accepted = if i == 2 { 0 } else { d };
+            c.observe(&round(d, d, accepted, 10), 16);
+        }
         assert_eq!(played, vec![0, 0, 1, 1]);
+        for _ in 0..20 {
+            let d = c.planned(16);
+            c.observe(&round(d, d, d, 10), 16);
+            assert_eq!(
+                c.streak_depth, None,
+                "all-accepted rounds after a rejection"
+            );
+        }
+    }
+
+    #[test]
+    fn state_stored_before_slow_start_reads_without_it() {
+        let mut value = serde_json::to_value(DepthController::new()).unwrap();
+        let fields = value.as_object_mut().unwrap();
+        fields.remove("streak");
+        fields.remove("streak_depth");
+        let read: DepthController = serde_json::from_value(value).unwrap();
+        assert!(read.is_valid());
+        assert!(!read.streak && read.streak_depth.is_none());
+    }
+
+    #[test]
+    fn slow_start_stops_where_the_cost_line_says_doubling_loses() {
+        let mut c = DepthController::new();
+        // Plain 10 ms; each draft costs 12 ms more (a drafter step dearer than a target step):
+        // even with every draft accepted, 2 drafts make 3 tokens in 34 ms against 2 in 22 ms.
+        let mut played = Vec::new();
+        for _ in 0..4 {
+            let d = c.planned(16);
+            played.push(d);
+            c.observe(&round(d, d, d, 10 + 12 * d as u64), 16);
+        }
+        assert_eq!(played[..3], [0, 0, 1]);
+        assert_ne!(played[3], 2, "{played:?}");
     }
 
     #[test]

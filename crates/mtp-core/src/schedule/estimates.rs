@@ -67,10 +67,9 @@ impl Rate {
 /// prior `b` is a measurement: the rate of the deepest trusted shallower position, else the
 /// rate just computed for the position before (itself leaning on its few samples), or for
 /// position 1 `min(â, ½)` (0 with no sample at all): a new controller's first lucky rounds do
-/// not read as certain acceptance. The
-/// [`frontier`](Self::frontier) — the deepest position with every position up to it
-/// trusted — bounds how deep the controller looks, so the prior of an untrusted position
-/// matters for one position past it only.
+/// not read as certain acceptance. The controller looks at most four positions past
+/// [`reached(2)`](Self::reached) — the deepest position with every position up to it sampled
+/// twice — so the prior of a position with no sample matters a few positions deep at most.
 ///
 /// The same model counts *offers* (see [`AcceptanceModel::offers`]): `q_j` = P(the proposer
 /// had a draft for position `j` | it had one for `1..j` and was asked for `j`), from
@@ -129,6 +128,14 @@ impl AcceptanceModel {
         self.positions
             .iter()
             .take_while(|r| r.samples >= TRUST_SAMPLES)
+            .count()
+    }
+
+    /// The deepest position `f` such that positions `1..=f` all have `samples` samples or more.
+    pub fn reached(&self, samples: u64) -> usize {
+        self.positions
+            .iter()
+            .take_while(|r| r.samples >= samples)
             .count()
     }
 
@@ -312,25 +319,53 @@ impl CostModel {
     /// row per draft), so an unplayed depth is judged by that line instead of being played
     /// blind; it is measured when it is played.
     pub fn estimates(&self, upto: usize) -> Vec<Option<f64>> {
+        self.line_through(upto, |d| self.get(d))
+    }
+
+    /// [`estimates`](Self::estimates) through every depth played at least once, each at its
+    /// first sample (before [`COST_MIN_SAMPLES`] confirm it): a rough curve for slow start,
+    /// which must decide before anything is measured twice.
+    pub fn rough_estimates(&self, upto: usize) -> Vec<Option<f64>> {
+        self.line_through(upto, |d| {
+            self.depths
+                .get(d)
+                .filter(|c| c.samples > 0)
+                .map(|c| c.seconds)
+        })
+    }
+
+    /// Costs of depths `0..=upto` from `known`, with the straight line of
+    /// [`estimates`](Self::estimates) through the known depths elsewhere.
+    fn line_through(&self, upto: usize, known: impl Fn(usize) -> Option<f64>) -> Vec<Option<f64>> {
         let measured: Vec<(usize, f64)> = (0..self.depths.len())
-            .filter_map(|d| self.get(d).map(|c| (d, c)))
+            .filter_map(|d| known(d).map(|c| (d, c)))
             .collect();
         let line = |depth: usize| -> Option<f64> {
             if measured.len() < 2 {
                 return None;
             }
-            let below = measured.iter().rev().find(|(d, _)| *d < depth)?;
-            if let Some(above) = measured.iter().find(|(d, _)| *d > depth) {
-                let t = (depth - below.0) as f64 / (above.0 - below.0) as f64;
-                return Some(below.1 + t * (above.1 - below.1));
+            let below = measured.iter().rev().find(|(d, _)| *d < depth);
+            let above = measured.iter().find(|(d, _)| *d > depth);
+            match (below, above) {
+                (Some(below), Some(above)) => {
+                    let t = (depth - below.0) as f64 / (above.0 - below.0) as f64;
+                    Some(below.1 + t * (above.1 - below.1))
+                }
+                (Some(_), None) => {
+                    let [(d0, c0), (d1, c1)] =
+                        [measured[measured.len() - 2], measured[measured.len() - 1]];
+                    let slope = ((c1 - c0) / (d1 - d0) as f64).max(0.0);
+                    Some(c1 + slope * (depth - d1) as f64)
+                }
+                _ => None,
             }
-            let [(d0, c0), (d1, c1)] = [measured[measured.len() - 2], measured[measured.len() - 1]];
-            let slope = ((c1 - c0) / (d1 - d0) as f64).max(0.0);
-            Some(c1 + slope * (depth - d1) as f64)
         };
-        (0..=upto)
-            .map(|d| self.get(d).or_else(|| line(d)))
-            .collect()
+        (0..=upto).map(|d| known(d).or_else(|| line(d))).collect()
+    }
+
+    /// Whether `depth` has at least one sample (measured or not yet).
+    pub fn played(&self, depth: usize) -> bool {
+        self.depths.get(depth).is_some_and(|c| c.samples > 0)
     }
 
     /// Whether this is a model of depths `0..=depths` holding finite, non-negative costs and a

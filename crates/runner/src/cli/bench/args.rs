@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::timed::ClockMode;
+use super::variant::ControllerChoice;
 use crate::cli::args::{ModelArgs, SamplingArgs, ScheduleChoice};
 
 /// `mtp bench`: plain decode vs MTP on a prompt set, interleaved in one process.
@@ -78,10 +79,14 @@ pub struct PlanArgs {
     /// generate --chat` does), ending where the model answers.
     #[arg(long)]
     pub chat: bool,
-    /// Give every request a new adaptive controller, as each `mtp generate` process starts
-    /// with one [default: the controller's learned state carries over from request to
-    /// request, as in `mtp serve`].
-    #[arg(long)]
+    /// Which adaptive controllers to measure: `carried` (one whose learned state carries over
+    /// from request to request, as in `mtp serve` and `mtp generate` after its first run: the
+    /// variant `mtp-adaptive`) and `fresh` (a new one per request, as a first `mtp generate`
+    /// has: `mtp-adaptive-fresh`); both may be given.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "carried")]
+    pub controllers: Vec<ControllerChoice>,
+    /// The same as `--controllers fresh`.
+    #[arg(long, conflicts_with = "controllers")]
     pub fresh_schedules: bool,
     /// Stop a prompt at an EOS token [default: ignore EOS, so every prompt generates
     /// --num-predict tokens and every variant does the same work].

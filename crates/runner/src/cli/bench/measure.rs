@@ -224,7 +224,7 @@ pub fn run_passes<B: Backend>(
                 let engine = engine.clone().with_overlap(record.variant.overlap);
                 let request = work.request(record.variant, p);
                 // A new controller per request, as each `mtp generate` process has.
-                let engine = match plan.fresh_schedules {
+                let engine = match record.variant.fresh_controller() {
                     true => engine.with_schedule_memory(ScheduleMemory::new()),
                     false => engine,
                 };

@@ -10,7 +10,7 @@ use runner::PromptFormat;
 
 use super::args::PlanArgs;
 use super::timed::ClockMode;
-use super::variant::{Decode, Variant};
+use super::variant::{ControllerChoice, Decode, Variant};
 
 /// Prompts used by a warm-up pass.
 const WARMUP_PROMPTS: usize = 3;
@@ -44,8 +44,6 @@ pub struct Plan {
     pub model_clock: ClockMode,
     /// How each prompt is turned into tokens (raw text, or one chat turn).
     pub format: PromptFormat,
-    /// Whether each request starts with a new adaptive controller.
-    pub fresh_schedules: bool,
     /// The structured output every variant but `plain-free` is constrained to.
     pub structured: Option<OutputFormat>,
 }
@@ -98,11 +96,20 @@ impl Plan {
         if structured.is_some() {
             variants.push(Variant::new(Decode::Unconstrained));
         }
-        variants.extend(
-            schedules
-                .into_iter()
-                .map(|kind| Variant::new(Decode::Schedule(kind))),
-        );
+        let controllers = if args.fresh_schedules {
+            vec![ControllerChoice::Fresh]
+        } else {
+            args.controllers.clone()
+        };
+        for kind in schedules {
+            let variant = Variant::new(Decode::Schedule(kind));
+            match kind {
+                ScheduleKind::Adaptive => {
+                    variants.extend(controllers.iter().map(|&c| variant.with_controller(c)))
+                }
+                _ => variants.push(variant),
+            }
+        }
         variants.extend(depths.iter().map(|&k| Variant::new(Decode::Depth(k))));
         variants.extend(sync_depths.iter().map(|&k| Variant::sync_at(k)));
         let mut unique = Vec::with_capacity(variants.len());
@@ -135,7 +142,6 @@ impl Plan {
             } else {
                 PromptFormat::Raw
             },
-            fresh_schedules: args.fresh_schedules,
             structured,
         })
     }
@@ -219,7 +225,6 @@ mod tests {
             quick: false,
             model_clock: ClockMode::Eval,
             format: PromptFormat::Raw,
-            fresh_schedules: false,
             structured: None,
         };
         assert_eq!(plan.order(0), vec![0, 1, 2]);

@@ -19,11 +19,22 @@ pub enum Decode {
     Depth(usize),
 }
 
+/// Where an adaptive variant's controller comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ControllerChoice {
+    /// The engine's, whose learned state carries over from request to request.
+    Carried,
+    /// A new one per request.
+    Fresh,
+}
+
 /// One way of decoding the prompt set: a decode and the engine's evaluation overlap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Variant {
     /// How it decodes.
     pub decode: Decode,
+    /// Where an adaptive schedule's controller comes from (ignored by the other decodes).
+    pub controller: ControllerChoice,
     /// The engine's evaluation overlap ([`EvalOverlap::Auto`], or [`EvalOverlap::Never`] for
     /// the `-sync` baselines that show what the overlap gains on a lazy backend).
     pub overlap: EvalOverlap,
@@ -37,8 +48,20 @@ impl Variant {
     pub const fn new(decode: Decode) -> Self {
         Self {
             decode,
+            controller: ControllerChoice::Carried,
             overlap: EvalOverlap::Auto,
         }
+    }
+
+    /// The same decode with a new controller per request.
+    pub fn with_controller(self, controller: ControllerChoice) -> Self {
+        Self { controller, ..self }
+    }
+
+    /// Whether each request gets a new adaptive controller.
+    pub fn fresh_controller(&self) -> bool {
+        self.controller == ControllerChoice::Fresh
+            && self.decode == Decode::Schedule(ScheduleKind::Adaptive)
     }
 
     /// The same decode with the evaluation overlap off.
@@ -58,11 +81,13 @@ impl Variant {
         Self::new(decode).without_overlap()
     }
 
-    /// A short stable name: `plain`, `mtp-adaptive`, `mtp-k3`, `mtp-k3-sync`, `plain-sync`.
+    /// A short stable name: `plain`, `mtp-adaptive`, `mtp-adaptive-fresh`, `mtp-k3`,
+    /// `mtp-k3-sync`, `plain-sync`.
     pub fn name(&self) -> String {
         let base = match self.decode {
             Decode::Plain => "plain".to_string(),
             Decode::Unconstrained => "plain-free".to_string(),
+            Decode::Schedule(kind) if self.fresh_controller() => format!("mtp-{kind}-fresh"),
             Decode::Schedule(kind) => format!("mtp-{kind}"),
             Decode::Depth(k) => format!("mtp-k{k}"),
         };
