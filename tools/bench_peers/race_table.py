@@ -129,6 +129,11 @@ def verdict_text(verdicts: list[tuple[str, str, bool]]) -> str:
             + "; ".join(line for _, line, _ in verdicts) + ".")
 
 
+def depths_chosen(v: dict) -> str:
+    """Rounds per drafted depth (`depth:rounds`; for prompt lookup the depth it had drafts for)."""
+    return " ".join(f"{d['depth']}:{d['rounds']}" for d in v.get("rounds_by_depth", []))
+
+
 def acc(name: str, v: dict) -> str:
     return "" if name == "plain" else f"{v['acceptance']:.2f}"
 
@@ -182,9 +187,12 @@ def render(r: dict) -> str:
         prefill_llama = median([e["prompt_tps"] for e in s["llama"]["none"]])
         table_verdicts = default_verdicts(s["ours"])
         verdicts += [(f"{s['set']} {s['sampling']} (GGUF, {c})", ok) for c, _, ok in table_verdicts]
+        chosen = "; ".join(f"{c}: {depths_chosen(s['ours'][n])}" for n, c in DEFAULTS.items()
+                           if n in s["ours"])
         lines += ["", f"Prefill: ours {prefill_ours['median']:.0f} tok/s (whole set), llama.cpp "
                       f"{prefill_llama:.0f} tok/s (median per prompt); llama.cpp's best n-gram kind here: "
-                      f"`{best}`. {verdict_text(table_verdicts)}", ""]
+                      f"`{best}`. {verdict_text(table_verdicts)} Depths the default schedule drafted "
+                      f"(depth:rounds) — {chosen}.", ""]
     for s in r.get("default_pair", []):
         ours = s["ours"]
         own = ours["plain"]["per_prompt_tps"]
@@ -199,7 +207,7 @@ def render(r: dict) -> str:
             label = ("plain (`--no-draft`)" if name == "plain" else
                      f"default schedule, {DEFAULTS[name]}" if name in DEFAULTS else
                      "depth 4 (the seed's constant)" if name == "mtp-k4" else f"depth {fixed_depth(name)}")
-            depths = " ".join(f"{d['depth']}:{d['rounds']}" for d in v.get("rounds_by_depth", []))
+            depths = depths_chosen(v)
             lines.append(f"| {label} | {spread(v['per_prompt_tps'])} | "
                          f"{'' if name == 'plain' else ratio_spread(v['per_prompt_tps'], own)} | "
                          f"{'' if name == 'plain' else set_ratio(v['per_prompt_tps'], own)} | "
