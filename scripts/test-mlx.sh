@@ -26,11 +26,11 @@ step "setup (apt, pip mlx-cpu, patched mlx-sys)"
 # resolves one dependency graph and builds it once (another selection, or test targets with other
 # dev-dependencies, would rebuild candle, mlx-sys and mlx-rs with other unified features).
 selection=(-p backend-mlx -p mtp-tests -p runner --features backend-mlx/mlx,mtp-tests/mlx,runner/mlx)
-targets=(--lib --test mlx --test fixture_target --test fixture_assistant --test cli_generate --test batched_forward)
+targets=(--lib --test mlx --test fixture_target --test fixture_assistant --test gemma4_gguf --test cli_generate --test batched_forward)
 
 step "clippy with the mlx features (warnings denied)"
 "$cargo_mlx" clippy "$@" "${selection[@]}" --all-targets -- -D warnings
 
-step "MLX tests: unit, conformance suite, Gemma 4 fixtures, mtp generate mlx vs candle and HF"
+step "MLX tests: unit, conformance suite, Gemma 4 fixtures (HF and GGUF), mtp generate mlx vs candle and HF"
 # Every MLX test has "mlx" in its name (the others in these targets are not run here).
 "$cargo_mlx" test "$@" "${selection[@]}" "${targets[@]}" -- --test-threads=1 mlx

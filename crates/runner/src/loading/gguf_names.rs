@@ -14,6 +14,11 @@
 //! | `blk.N.ffn_norm` | `…pre_feedforward_layernorm` |
 //! | `blk.N.post_ffw_norm` | `…post_feedforward_layernorm` |
 //! | `blk.N.ffn_gate` / `ffn_up` / `ffn_down` | `…mlp.gate_proj` / `up_proj` / `down_proj` |
+//!
+//! Gemma 4 (`gemma4`, [`gemma4_gguf_to_hf`]) adds the per-layer input embeddings
+//! (`per_layer_token_embd`, `per_layer_model_proj`, `per_layer_proj_norm`; per layer `inp_gate`,
+//! `proj`, `post_norm`) and the layer scalar (`blk.N.layer_output_scale.weight` →
+//! `model.layers.N.layer_scalar`).
 
 /// Whole-model tensors: (GGUF, HF).
 const GLOBAL: [(&str, &str); 3] = [
@@ -71,6 +76,42 @@ pub fn hf_to_gguf(name: &str) -> Option<String> {
     Some(format!("blk.{layer}.{g}.{param}"))
 }
 
+/// Gemma 4's whole-model tensors beyond [`GLOBAL`]: (GGUF, HF) — the per-layer input embeddings
+/// (llama.cpp `per_layer_token_embd`, `per_layer_model_proj`, `per_layer_proj_norm`).
+const GEMMA4_GLOBAL: [(&str, &str); 3] = [
+    ("per_layer_token_embd", "model.embed_tokens_per_layer"),
+    ("per_layer_model_proj", "model.per_layer_model_projection"),
+    ("per_layer_proj_norm", "model.per_layer_projection_norm"),
+];
+
+/// Gemma 4's per-layer tensors beyond [`LAYER`]: the per-layer input gate, its projection and
+/// norm, and the layer's output scalar (HF `layer_scalar`, a bare name without `.weight`).
+const GEMMA4_LAYER: [(&str, &str); 3] = [
+    ("inp_gate", "per_layer_input_gate"),
+    ("proj", "per_layer_projection"),
+    ("post_norm", "post_per_layer_input_norm"),
+];
+
+/// The HF `Gemma4ForCausalLM` name of GGUF tensor `name` of a `gemma4` file, if it is one the
+/// map knows (`rope_freqs.weight` is not a weight: it is read into the configuration).
+pub fn gemma4_gguf_to_hf(name: &str) -> Option<String> {
+    let (stem, param) = split_param(name)?;
+    if let Some((_, hf)) = GEMMA4_GLOBAL.iter().find(|(g, _)| *g == stem) {
+        return Some(format!("{hf}.{param}"));
+    }
+    if let Some(rest) = stem.strip_prefix("blk.") {
+        let (layer, suffix) = rest.split_once('.')?;
+        let layer: usize = layer.parse().ok()?;
+        if suffix == "layer_output_scale" && param == "weight" {
+            return Some(format!("model.layers.{layer}.layer_scalar"));
+        }
+        if let Some((_, hf)) = GEMMA4_LAYER.iter().find(|(g, _)| *g == suffix) {
+            return Some(format!("model.layers.{layer}.{hf}.{param}"));
+        }
+    }
+    gguf_to_hf(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +145,47 @@ mod tests {
             assert_eq!(gguf_to_hf(name), None, "{name}");
         }
         assert_eq!(hf_to_gguf("model.layers.1.self_attn.rotary.weight"), None);
+    }
+
+    #[test]
+    fn gemma4_names_map_to_hf() {
+        for (gguf, hf) in [
+            (
+                "per_layer_token_embd.weight",
+                "model.embed_tokens_per_layer.weight",
+            ),
+            (
+                "per_layer_model_proj.weight",
+                "model.per_layer_model_projection.weight",
+            ),
+            (
+                "per_layer_proj_norm.weight",
+                "model.per_layer_projection_norm.weight",
+            ),
+            (
+                "blk.3.inp_gate.weight",
+                "model.layers.3.per_layer_input_gate.weight",
+            ),
+            (
+                "blk.3.proj.weight",
+                "model.layers.3.per_layer_projection.weight",
+            ),
+            (
+                "blk.3.post_norm.weight",
+                "model.layers.3.post_per_layer_input_norm.weight",
+            ),
+            (
+                "blk.3.layer_output_scale.weight",
+                "model.layers.3.layer_scalar",
+            ),
+            (
+                "blk.0.attn_q.weight",
+                "model.layers.0.self_attn.q_proj.weight",
+            ),
+            ("token_embd.weight", "model.embed_tokens.weight"),
+        ] {
+            assert_eq!(gemma4_gguf_to_hf(gguf).as_deref(), Some(hf), "{gguf}");
+        }
+        assert_eq!(gemma4_gguf_to_hf("rope_freqs.weight"), None);
     }
 }

@@ -181,6 +181,28 @@ pub fn load_target_reporting<B: Backend>(
     Ok((model, LoadReport { layout, stats }))
 }
 
+/// Load a Gemma 4 text target from the GGUF file `path` (`general.architecture = gemma4`, as
+/// llama.cpp's converter writes it; float tensors): its configuration from the metadata
+/// ([`crate::models::gemma4_gguf`]), its weights by their HF names.
+pub fn load_gguf_target<B: Backend>(
+    backend: &B,
+    path: &Path,
+    options: &LoadOptions,
+) -> LoadResult<Gemma4Target<B>> {
+    check_dtype(options, path)?;
+    let file = gguf::GgufFile::open(path)?;
+    let resolved = crate::models::gemma4_gguf::resolve_gguf(&file)?;
+    let mut store = TensorStore::from_gguf(path, &file, gguf_names::gemma4_gguf_to_hf)?;
+    let model = {
+        let mut loader = ArrayLoader::new(backend, &mut store, options.dtype)
+            .with_quantize(options.quantize)
+            .with_stored_quant(options.stored_quant);
+        Gemma4Target::load(&mut loader, resolved, "model.")?
+    };
+    store.finish()?;
+    Ok(model)
+}
+
 /// Load a Gemma 4 assistant from the HF model directory `dir`, for `target`.
 pub fn load_assistant<B: Backend>(
     backend: &B,

@@ -237,6 +237,59 @@ impl TensorStore {
         })
     }
 
+    /// The float tensors of the GGUF file `file` (at `path`) under the names `rename` gives
+    /// them (tensors it returns `None` for are not weights and are left out), so a model reads a
+    /// GGUF by the names of its HF checkpoint. Quantized tensors are refused with their name.
+    pub fn from_gguf(
+        path: &Path,
+        file: &super::gguf::GgufFile,
+        rename: impl Fn(&str) -> Option<String>,
+    ) -> LoadResult<Self> {
+        let mut tensors = BTreeMap::new();
+        for (name, info) in file.tensors() {
+            let Some(hf) = rename(name) else {
+                continue;
+            };
+            let dtype = match info.ggml_type.name {
+                "F32" => Dtype::F32,
+                "F16" => Dtype::F16,
+                "BF16" => Dtype::BF16,
+                other => {
+                    return Err(LoadError::UnsupportedDtype {
+                        name: name.clone(),
+                        dtype: other.to_string(),
+                        supported:
+                            "F32, F16, BF16 (quantized Gemma 4 GGUF tensors do not load yet)",
+                    })
+                }
+            };
+            let data_offsets = (info.start, info.start + info.len);
+            let record = TensorInfo {
+                dtype,
+                shape: info.shape.clone(),
+                data_offsets,
+            };
+            if tensors.insert(hf.clone(), record).is_some() {
+                return Err(LoadError::CorruptWeights {
+                    path: path.to_path_buf(),
+                    reason: format!("two tensors are named {hf}"),
+                });
+            }
+        }
+        let index = tensors.keys().map(|n| (n.clone(), 0)).collect();
+        Ok(Self {
+            files: vec![MappedFile {
+                path: path.to_path_buf(),
+                map: map_file(path)?,
+                data_start: 0,
+                tensors,
+            }],
+            index,
+            taken: BTreeSet::new(),
+            read: BTreeSet::new(),
+        })
+    }
+
     /// Whether the weights hold a tensor called `name`.
     pub fn contains(&self, name: &str) -> bool {
         self.index.contains_key(name)
