@@ -80,6 +80,24 @@ CASES = {
                             num_attention_heads=2,
                             layer_types=["sliding_attention", "full_attention"]),
     ),
+    # The same structure with every matrix row a whole number of Q8_0 blocks (32), converted with
+    # `--outtype q8_0`: the quantized GGUF a user has, in miniature.
+    "e2b_like_q8_0": dict(
+        seed=7107,
+        outtype="q8_0",
+        target=dict(
+            hidden_size=64, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=32, global_head_dim=64, sliding_window=8,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            rope_parameters=PROPORTIONAL_ROPE, hidden_size_per_layer_input=32,
+            num_kv_shared_layers=2, use_double_wide_mlp=True, final_logit_softcapping=30.0,
+        ),
+        # llama.cpp's loader needs the assistant narrower than the target (its
+        # embedding_length_out carries the target's width only when they differ).
+        assistant_text=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=2,
+                            layer_types=["sliding_attention", "full_attention"]),
+    ),
 }
 
 
@@ -132,7 +150,8 @@ def llama_greedy(bin_dir: Path, gguf: Path, runs: list[dict], extra: list[str]) 
                 out.append(json.loads(r.read())["tokens"])
         return out
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)
 
 
@@ -184,10 +203,11 @@ def main() -> int:
             runs.append({"text": text, "prompt_ids": ids, "greedy_ids": greedy.tolist(),
                          "last_logits": [round(x, 5) for x in logits.tolist()]})
         convert = args.llama_cpp / "convert_hf_to_gguf.py"
+        outtype = case.get("outtype", "f32")
         for part in ("target", "assistant"):
-            subprocess.run([sys.executable, str(convert), str(out / "hf" / part), "--outtype", "f32",
-                            "--outfile", str(out / f"{part}-f32.gguf")], check=True)
-        target_gguf, assistant_gguf = out / "target-f32.gguf", out / "assistant-f32.gguf"
+            subprocess.run([sys.executable, str(convert), str(out / "hf" / part), "--outtype", outtype,
+                            "--outfile", str(out / f"{part}-{outtype}.gguf")], check=True)
+        target_gguf, assistant_gguf = out / f"target-{outtype}.gguf", out / f"assistant-{outtype}.gguf"
         alone = llama_greedy(args.llama_bin, target_gguf, runs, [])
         paired = llama_greedy(args.llama_bin, target_gguf, runs,
                               ["-md", str(assistant_gguf), "--spec-type", "draft-mtp"])

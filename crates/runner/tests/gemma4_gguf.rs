@@ -9,16 +9,46 @@ use std::path::PathBuf;
 use common::{ids_array, max_rel_err, TOLERANCE};
 use mtp_core::model::TargetModel;
 use mtp_core::Backend;
-use runner::loading::{load_gguf_target, LoadOptions};
+use runner::loading::{load_gguf_target, LoadOptions, StoredQuant};
 
-fn case_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/gemma4_gguf/e2b_like")
+fn case_dir(case: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/gemma4_gguf")
+        .join(case)
+}
+
+/// Greedy ids from `prompt`: the first from `last` (the prompt's last logits row), then one
+/// forward per token, `n` in all.
+fn greedy<B: Backend>(
+    b: &B,
+    target: &impl TargetModel<B>,
+    caches: &mut mtp_core::cache::CacheSet<B>,
+    prompt_len: usize,
+    last: &[f32],
+    n: usize,
+) -> Vec<u32> {
+    let mut next = argmax(last);
+    let mut ours = vec![next];
+    let mut position = prompt_len;
+    while ours.len() < n {
+        let out = target
+            .forward(b, &ids_array(b, &[next]), position, caches)
+            .unwrap();
+        let row = b
+            .to_vec_f32(&target.unembed(b, &out.hidden).unwrap())
+            .unwrap();
+        next = argmax(&row);
+        ours.push(next);
+        position += 1;
+    }
+    ours
 }
 
 /// The fixture's runs: prompt ids, HF's last-position logits, HF's greedy ids (which llama.cpp's
 /// greedy ids on the same GGUF equal, alone and under draft-mtp).
-fn runs() -> Vec<(Vec<u32>, Vec<f32>, Vec<u32>)> {
-    let text = std::fs::read_to_string(case_dir().join("reference.json")).expect("reference.json");
+fn runs(case: &str) -> Vec<Run> {
+    let text =
+        std::fs::read_to_string(case_dir(case).join("reference.json")).expect("reference.json");
     let reference: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     let ids = |v: &serde_json::Value| -> Vec<u32> {
         v.as_array()
@@ -32,56 +62,142 @@ fn runs() -> Vec<(Vec<u32>, Vec<f32>, Vec<u32>)> {
         .expect("runs")
         .iter()
         .map(|run| {
-            assert_eq!(
-                run["greedy_ids"], run["llama_greedy_ids"],
-                "the fixture's engines agree"
-            );
             let logits = run["last_logits"]
                 .as_array()
                 .expect("logits")
                 .iter()
                 .map(|x| x.as_f64().expect("logit") as f32)
                 .collect();
-            (ids(&run["prompt_ids"]), logits, ids(&run["greedy_ids"]))
+            Run {
+                prompt: ids(&run["prompt_ids"]),
+                hf_logits: logits,
+                hf_greedy: ids(&run["greedy_ids"]),
+                llama_greedy: ids(&run["llama_greedy_ids"]),
+            }
         })
         .collect()
 }
 
+/// One prompt of a fixture.
+struct Run {
+    prompt: Vec<u32>,
+    /// HF's logits at the prompt's last position (f32 weights).
+    hf_logits: Vec<f32>,
+    /// HF's greedy continuation.
+    hf_greedy: Vec<u32>,
+    /// llama.cpp's greedy continuation on the case's GGUF (alone; under draft-mtp the same).
+    llama_greedy: Vec<u32>,
+}
+
 fn gguf_target_matches_hf_and_llama_cpp<B: Backend>(b: &B) {
-    let target = load_gguf_target(
-        b,
-        &case_dir().join("target-f32.gguf"),
-        &LoadOptions::default(),
-    )
-    .expect("the converter's GGUF loads");
+    let path = case_dir("e2b_like").join("target-f32.gguf");
+    let target =
+        load_gguf_target(b, &path, &LoadOptions::default()).expect("the converter's GGUF loads");
     let vocab = target.vocab_size();
-    for (prompt, want, greedy) in runs() {
+    for run in runs("e2b_like") {
+        assert_eq!(
+            run.hf_greedy, run.llama_greedy,
+            "the fixture's engines agree"
+        );
         let mut caches = target.new_caches(b).unwrap();
         let out = target
-            .forward(b, &ids_array(b, &prompt), 0, &mut caches)
+            .forward(b, &ids_array(b, &run.prompt), 0, &mut caches)
             .unwrap();
         let logits = b
             .to_vec_f32(&target.unembed(b, &out.hidden).unwrap())
             .unwrap();
         let last = &logits[logits.len() - vocab..];
-        let err = max_rel_err(last, &want, vocab);
-        eprintln!("{prompt:?}: last logits max rel err {err:.2e}");
-        assert!(err < TOLERANCE, "{prompt:?}: last logits rel err {err}");
-        let mut next = argmax(last);
-        let mut ours = vec![next];
-        let mut position = prompt.len();
-        while ours.len() < greedy.len() {
+        let err = max_rel_err(last, &run.hf_logits, vocab);
+        eprintln!("{:?}: last logits max rel err {err:.2e}", run.prompt);
+        assert!(
+            err < TOLERANCE,
+            "{:?}: last logits rel err {err}",
+            run.prompt
+        );
+        let ours = greedy(
+            b,
+            &target,
+            &mut caches,
+            run.prompt.len(),
+            last,
+            run.hf_greedy.len(),
+        );
+        assert_eq!(ours, run.hf_greedy, "{:?}: greedy continuation", run.prompt);
+    }
+}
+
+/// The Q8_0 file (`--outtype q8_0`): its matrices stay quantized for the backend's kernels and
+/// give the logits of the same blocks decoded to dense (`--dequantize`), and with exact weights a
+/// greedy continuation that starts as llama.cpp's on the same file.
+fn q8_0_gguf_target_matches_its_dequantized_self_and_llama_cpp<B: Backend>(b: &B) {
+    let path = case_dir("e2b_like_q8_0").join("target-q8_0.gguf");
+    let kept = load_gguf_target(b, &path, &LoadOptions::default()).expect("the Q8_0 GGUF loads");
+    let dense_options = LoadOptions {
+        stored_quant: StoredQuant::Dequantize,
+        ..LoadOptions::default()
+    };
+    let dense = load_gguf_target(b, &path, &dense_options).expect("decoded to dense");
+    let vocab = kept.vocab_size();
+    for run in runs("e2b_like_q8_0") {
+        let last = |target: &dyn TargetModel<B>, caches: &mut mtp_core::cache::CacheSet<B>| {
             let out = target
-                .forward(b, &ids_array(b, &[next]), position, &mut caches)
+                .forward(b, &ids_array(b, &run.prompt), 0, caches)
                 .unwrap();
-            let row = b
+            let logits = b
                 .to_vec_f32(&target.unembed(b, &out.hidden).unwrap())
                 .unwrap();
-            next = argmax(&row);
-            ours.push(next);
-            position += 1;
+            logits[logits.len() - vocab..].to_vec()
+        };
+        let mut caches = kept.new_caches(b).unwrap();
+        let quantized = last(&kept, &mut caches);
+        let mut dense_caches = dense.new_caches(b).unwrap();
+        let decoded = last(&dense, &mut dense_caches);
+        let err = max_rel_err(&quantized, &decoded, vocab);
+        let vs_hf = max_rel_err(&quantized, &run.hf_logits, vocab);
+        eprintln!(
+            "{:?}: quantized vs decoded {err:.2e}, vs HF f32 {vs_hf:.2e}",
+            run.prompt
+        );
+        assert!(
+            err < q8_tolerance(b),
+            "{:?}: quantized vs decoded {err}",
+            run.prompt
+        );
+        let ours = greedy(
+            b,
+            &kept,
+            &mut caches,
+            run.prompt.len(),
+            &quantized,
+            run.llama_greedy.len(),
+        );
+        eprintln!(
+            "{:?}: ours {ours:?}, llama.cpp {:?}",
+            run.prompt, run.llama_greedy
+        );
+        // Exact weights (the reference backend) follow llama.cpp's greedy continuation; a
+        // kernel that also rounds activations may leave it at a near-tie of these chaotic tiny
+        // models (reported above, bounded by the logits check).
+        if b.name() == "reference" {
+            assert_eq!(
+                ours[..3],
+                run.llama_greedy[..3],
+                "{:?}: greedy start",
+                run.prompt
+            );
         }
-        assert_eq!(ours, greedy, "{prompt:?}: greedy continuation");
+    }
+}
+
+/// The reference backend decodes the blocks and multiplies exactly; candle's quantized matmul
+/// also rounds the activations to 8-bit blocks (as ggml does), about 1 % per matmul, which these
+/// tiny random models amplify through their layers (up to 1.2e-1 here; the same bound as
+/// `quantized_weights.rs`).
+fn q8_tolerance<B: Backend>(b: &B) -> f32 {
+    if b.name() == "reference" {
+        TOLERANCE
+    } else {
+        2.5e-1
     }
 }
 
@@ -95,4 +211,7 @@ fn argmax(row: &[f32]) -> u32 {
     best as u32
 }
 
-per_backend!(gguf_target_matches_hf_and_llama_cpp);
+per_backend!(
+    gguf_target_matches_hf_and_llama_cpp,
+    q8_0_gguf_target_matches_its_dequantized_self_and_llama_cpp
+);

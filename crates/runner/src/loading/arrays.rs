@@ -122,7 +122,8 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
     }
 
     /// Matrix `name` (`[rows, cols]`): quantized when the checkpoint stores it so (an MLX affine
-    /// matrix, its `scales` and `biases` beside it) and [`StoredQuant::Keep`] holds, or when the
+    /// matrix, its `scales` and `biases` beside it, or ggml blocks of a GGUF store) and
+    /// [`StoredQuant::Keep`] holds, or when the
     /// loader quantizes dense matrices at load ([`with_quantize`](Self::with_quantize)); else
     /// dense in the compute dtype (a stored-quantized matrix decoded exactly under
     /// [`StoredQuant::Dequantize`]).
@@ -155,6 +156,10 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
         rows: usize,
         cols: usize,
     ) -> LoadResult<Option<(QuantTensor, bool)>> {
+        if let Some((ggml_type, bytes)) = self.store.take_blocks(name, &[rows, cols])? {
+            let tensor = super::gguf_arrays::quant_tensor(name, ggml_type, bytes, rows, cols)?;
+            return Ok(Some((tensor, true)));
+        }
         let module = name.strip_suffix(".weight").unwrap_or(name);
         let (scales, biases) = (format!("{module}.scales"), format!("{module}.biases"));
         let found = if self.store.contains(&scales) {

@@ -151,13 +151,7 @@ impl<'a, B: Backend> GgufArrays<'a, B> {
         rows: usize,
         cols: usize,
     ) -> LoadResult<Arc<QuantTensor>> {
-        let invalid = |reason: String| LoadError::InvalidTensor {
-            name: name.to_string(),
-            reason,
-        };
-        let ty = QuantGgmlType::from_id(raw.ggml_type.id).map_err(|e| invalid(e.to_string()))?;
-        let tensor = QuantTensor::ggml(ty, rows, cols, raw.bytes.to_vec())
-            .map_err(|e| invalid(e.to_string()))?;
+        let tensor = quant_tensor(name, raw.ggml_type.id, raw.bytes, rows, cols)?;
         self.file.release(name);
         Ok(Arc::new(tensor))
     }
@@ -235,4 +229,21 @@ impl<'a, B: Backend> GgufArrays<'a, B> {
             skipped_bytes: 0,
         })
     }
+}
+
+/// The host quantized tensor of GGUF blocks `bytes` of ggml type `type_id` holding matrix `name`
+/// (`[rows, cols]`), validated against the shape.
+pub(super) fn quant_tensor(
+    name: &str,
+    type_id: u32,
+    bytes: &[u8],
+    rows: usize,
+    cols: usize,
+) -> LoadResult<QuantTensor> {
+    let invalid = |reason: String| LoadError::InvalidTensor {
+        name: name.to_string(),
+        reason,
+    };
+    let ty = QuantGgmlType::from_id(type_id).map_err(|e| invalid(e.to_string()))?;
+    QuantTensor::ggml(ty, rows, cols, bytes.to_vec()).map_err(|e| invalid(e.to_string()))
 }

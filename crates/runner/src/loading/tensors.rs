@@ -52,6 +52,18 @@ pub struct TensorStore {
     taken: BTreeSet<String>,
     /// Tensors read through [`TensorStore::raw`] (a subset of `taken`).
     read: BTreeSet<String>,
+    /// Quantized GGUF tensors (see [`TensorStore::from_gguf`]), by name: their ggml type id,
+    /// shape and byte range in the one mapped file.
+    blocks: BTreeMap<String, StoredBlocks>,
+}
+
+/// A quantized GGUF tensor in a [`TensorStore`].
+#[derive(Debug, Clone)]
+struct StoredBlocks {
+    ggml_type: u32,
+    shape: Vec<usize>,
+    start: usize,
+    end: usize,
 }
 
 impl std::fmt::Debug for TensorStore {
@@ -234,49 +246,55 @@ impl TensorStore {
             index,
             taken: BTreeSet::new(),
             read: BTreeSet::new(),
+            blocks: BTreeMap::new(),
         })
     }
 
-    /// The float tensors of the GGUF file `file` (at `path`) under the names `rename` gives
-    /// them (tensors it returns `None` for are not weights and are left out), so a model reads a
-    /// GGUF by the names of its HF checkpoint. Quantized tensors are refused with their name.
+    /// The tensors of the GGUF file `file` (at `path`) under the names `rename` gives them
+    /// (tensors it returns `None` for are not weights and are left out), so a model reads a GGUF
+    /// by the names of its HF checkpoint: float tensors as any stored tensor, quantized ones
+    /// through [`take_blocks`](Self::take_blocks).
     pub fn from_gguf(
         path: &Path,
         file: &super::gguf::GgufFile,
         rename: impl Fn(&str) -> Option<String>,
     ) -> LoadResult<Self> {
         let mut tensors = BTreeMap::new();
+        let mut blocks = BTreeMap::new();
+        let mut index = BTreeMap::new();
         for (name, info) in file.tensors() {
             let Some(hf) = rename(name) else {
                 continue;
             };
-            let dtype = match info.ggml_type.name {
-                "F32" => Dtype::F32,
-                "F16" => Dtype::F16,
-                "BF16" => Dtype::BF16,
-                other => {
-                    return Err(LoadError::UnsupportedDtype {
-                        name: name.clone(),
-                        dtype: other.to_string(),
-                        supported:
-                            "F32, F16, BF16 (quantized Gemma 4 GGUF tensors do not load yet)",
-                    })
-                }
-            };
-            let data_offsets = (info.start, info.start + info.len);
-            let record = TensorInfo {
-                dtype,
-                shape: info.shape.clone(),
-                data_offsets,
-            };
-            if tensors.insert(hf.clone(), record).is_some() {
+            if index.insert(hf.clone(), 0).is_some() {
                 return Err(LoadError::CorruptWeights {
                     path: path.to_path_buf(),
                     reason: format!("two tensors are named {hf}"),
                 });
             }
+            let (start, end) = (info.start, info.start + info.len);
+            let dtype = match info.ggml_type.name {
+                "F32" => Dtype::F32,
+                "F16" => Dtype::F16,
+                "BF16" => Dtype::BF16,
+                _ => {
+                    let stored = StoredBlocks {
+                        ggml_type: info.ggml_type.id,
+                        shape: info.shape.clone(),
+                        start,
+                        end,
+                    };
+                    blocks.insert(hf, stored);
+                    continue;
+                }
+            };
+            let record = TensorInfo {
+                dtype,
+                shape: info.shape.clone(),
+                data_offsets: (start, end),
+            };
+            tensors.insert(hf, record);
         }
-        let index = tensors.keys().map(|n| (n.clone(), 0)).collect();
         Ok(Self {
             files: vec![MappedFile {
                 path: path.to_path_buf(),
@@ -287,7 +305,38 @@ impl TensorStore {
             index,
             taken: BTreeSet::new(),
             read: BTreeSet::new(),
+            blocks,
         })
+    }
+
+    /// The quantized GGUF tensor `name` of shape `expected`: its ggml type id and its blocks,
+    /// borrowed from the memory map; `None` when `name` is not one (a float tensor, or a store
+    /// of safetensors files).
+    pub fn take_blocks(
+        &mut self,
+        name: &str,
+        expected: &[usize],
+    ) -> LoadResult<Option<(u32, &[u8])>> {
+        let Some(stored) = self.blocks.get(name) else {
+            return Ok(None);
+        };
+        if stored.shape != expected {
+            return Err(LoadError::ShapeMismatch {
+                name: name.to_string(),
+                expected: expected.to_vec(),
+                found: stored.shape.clone(),
+            });
+        }
+        self.taken.insert(name.to_string());
+        self.read.insert(name.to_string());
+        let file = &self.files[0];
+        match file.map.get(stored.start..stored.end) {
+            Some(bytes) => Ok(Some((stored.ggml_type, bytes))),
+            None => Err(LoadError::CorruptWeights {
+                path: file.path.clone(),
+                reason: format!("tensor {name} is truncated"),
+            }),
+        }
     }
 
     /// Whether the weights hold a tensor called `name`.
@@ -468,6 +517,10 @@ impl TensorStore {
         let Some(file) = self.index.get(name).map(|&f| &self.files[f]) else {
             return;
         };
+        if let Some(stored) = self.blocks.get(name) {
+            drop_pages(&file.map, stored.start, stored.end - stored.start);
+            return;
+        }
         let Some(info) = file.tensors.get(name) else {
             return;
         };
