@@ -272,7 +272,7 @@ impl TensorStore {
                     reason: format!("two tensors are named {hf}"),
                 });
             }
-            let (start, end) = (info.start, info.start + info.len);
+            let (start, end) = (info.start, info.start.saturating_add(info.len));
             let dtype = match info.ggml_type.name {
                 "F32" => Dtype::F32,
                 "F16" => Dtype::F16,

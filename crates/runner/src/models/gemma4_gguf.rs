@@ -119,10 +119,11 @@ pub fn text_config(file: &GgufFile) -> LoadResult<Gemma4TextConfig> {
     }
     let ffn = per_layer("feed_forward_length")?;
     let intermediate = ffn[0];
-    let double_wide = shared > 0 && ffn[layers - 1] == 2 * intermediate;
+    let wide_width = intermediate.saturating_mul(2);
+    let double_wide = shared > 0 && ffn[layers - 1] == wide_width;
     for (i, &width) in ffn.iter().enumerate() {
         let wide = double_wide && i >= layers.saturating_sub(shared);
-        let expected = if wide { 2 * intermediate } else { intermediate };
+        let expected = if wide { wide_width } else { intermediate };
         if width != expected {
             return Err(unsupported(
                 file,
@@ -152,7 +153,7 @@ pub fn text_config(file: &GgufFile) -> LoadResult<Gemma4TextConfig> {
     let ple_vocab = if ple > 0 {
         rows("per_layer_token_embd.weight").ok_or_else(|| LoadError::MissingTensor {
             name: "per_layer_token_embd.weight".into(),
-            expected: vec![vocab, layers * ple],
+            expected: vec![vocab, layers.saturating_mul(ple)],
         })?
     } else {
         0
@@ -265,7 +266,10 @@ fn rotated_share(file: &GgufFile, global_head_dim: usize) -> LoadResult<(f64, Op
     let Some(raw) = file.raw("rope_freqs.weight") else {
         return Ok((1.0, None));
     };
-    if raw.ggml_type.name != "F32" || raw.bytes.len() != 2 * global_head_dim {
+    if global_head_dim == 0
+        || raw.ggml_type.name != "F32"
+        || Some(raw.bytes.len()) != global_head_dim.checked_mul(2)
+    {
         return Err(invalid(
             file,
             format!(
