@@ -139,6 +139,16 @@ pub fn text_config(file: &GgufFile) -> LoadResult<Gemma4TextConfig> {
                 .tensors()
                 .contains_key(&format!("blk.{i}.attn_v.weight"))
     });
+    // HF gives full layers their own KV head count only with keys as values.
+    if full_kv != sliding_kv && !k_eq_v {
+        return Err(unsupported(
+            file,
+            format!(
+                "full layers with {full_kv} KV heads and sliding ones with {sliding_kv}, \
+                 values not the keys"
+            ),
+        ));
+    }
     let rows = |name: &str| {
         file.tensor_info(name)
             .and_then(|t| t.shape.first().copied())

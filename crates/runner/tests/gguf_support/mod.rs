@@ -64,6 +64,7 @@ pub enum Meta {
     Strs(Vec<String>),
     F32s(Vec<f32>),
     I32s(Vec<i32>),
+    Bools(Vec<bool>),
 }
 
 /// One tensor of the writer: name, ggml type id, GGUF dims (fastest first) and its bytes.
@@ -133,6 +134,10 @@ fn put_meta(out: &mut Vec<u8>, value: &Meta) {
             for x in v {
                 out.extend(x.to_le_bytes());
             }
+        }
+        Meta::Bools(v) => {
+            array(out, 7, v.len());
+            out.extend(v.iter().map(|&b| u8::from(b)));
         }
     }
 }
