@@ -6,10 +6,12 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{ids_array, max_rel_err, TOLERANCE};
+use common::{max_rel_err, prefill_logits, TOLERANCE};
+use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
 use mtp_core::model::TargetModel;
 use mtp_core::Backend;
 use runner::loading::{load_gguf_target, LoadOptions, StoredQuant};
+use runner::models::Gemma4Target;
 
 fn case_dir(case: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -17,31 +19,19 @@ fn case_dir(case: &str) -> PathBuf {
         .join(case)
 }
 
-/// Greedy ids from `prompt`: the first from `last` (the prompt's last logits row), then one
-/// forward per token, `n` in all.
-fn greedy<B: Backend>(
-    b: &B,
-    target: &impl TargetModel<B>,
-    caches: &mut mtp_core::cache::CacheSet<B>,
-    prompt_len: usize,
-    last: &[f32],
-    n: usize,
-) -> Vec<u32> {
-    let mut next = argmax(last);
-    let mut ours = vec![next];
-    let mut position = prompt_len;
-    while ours.len() < n {
-        let out = target
-            .forward(b, &ids_array(b, &[next]), position, caches)
-            .unwrap();
-        let row = b
-            .to_vec_f32(&target.unembed(b, &out.hidden).unwrap())
-            .unwrap();
-        next = argmax(&row);
-        ours.push(next);
-        position += 1;
-    }
-    ours
+/// The engine's greedy continuation of `prompt`, `n` tokens (EOS does not stop it).
+fn greedy<B: Backend>(b: &B, target: &Gemma4Target<B>, prompt: &[u32], n: usize) -> Vec<u32> {
+    let request = GenerateRequest::greedy(prompt.to_vec(), n);
+    Engine::new(b, target)
+        .generate(&request, &mut DiscardSink, &CancelToken::new())
+        .unwrap()
+        .tokens
+}
+
+/// The logits row of `prompt`'s last position.
+fn last_logits<B: Backend>(b: &B, target: &Gemma4Target<B>, prompt: &[u32]) -> Vec<f32> {
+    let logits = prefill_logits(b, target, prompt);
+    logits[logits.len() - target.vocab_size()..].to_vec()
 }
 
 /// The fixture's runs: prompt ids, HF's last-position logits, HF's greedy ids (which llama.cpp's
@@ -99,29 +89,15 @@ fn gguf_target_matches_hf_and_llama_cpp<B: Backend>(b: &B) {
             run.hf_greedy, run.llama_greedy,
             "the fixture's engines agree"
         );
-        let mut caches = target.new_caches(b).unwrap();
-        let out = target
-            .forward(b, &ids_array(b, &run.prompt), 0, &mut caches)
-            .unwrap();
-        let logits = b
-            .to_vec_f32(&target.unembed(b, &out.hidden).unwrap())
-            .unwrap();
-        let last = &logits[logits.len() - vocab..];
-        let err = max_rel_err(last, &run.hf_logits, vocab);
+        let last = last_logits(b, &target, &run.prompt);
+        let err = max_rel_err(&last, &run.hf_logits, vocab);
         eprintln!("{:?}: last logits max rel err {err:.2e}", run.prompt);
         assert!(
             err < TOLERANCE,
             "{:?}: last logits rel err {err}",
             run.prompt
         );
-        let ours = greedy(
-            b,
-            &target,
-            &mut caches,
-            run.prompt.len(),
-            last,
-            run.hf_greedy.len(),
-        );
+        let ours = greedy(b, &target, &run.prompt, run.hf_greedy.len());
         assert_eq!(ours, run.hf_greedy, "{:?}: greedy continuation", run.prompt);
     }
 }
@@ -139,19 +115,8 @@ fn q8_0_gguf_target_matches_its_dequantized_self_and_llama_cpp<B: Backend>(b: &B
     let dense = load_gguf_target(b, &path, &dense_options).expect("decoded to dense");
     let vocab = kept.vocab_size();
     for run in runs("e2b_like_q8_0") {
-        let last = |target: &dyn TargetModel<B>, caches: &mut mtp_core::cache::CacheSet<B>| {
-            let out = target
-                .forward(b, &ids_array(b, &run.prompt), 0, caches)
-                .unwrap();
-            let logits = b
-                .to_vec_f32(&target.unembed(b, &out.hidden).unwrap())
-                .unwrap();
-            logits[logits.len() - vocab..].to_vec()
-        };
-        let mut caches = kept.new_caches(b).unwrap();
-        let quantized = last(&kept, &mut caches);
-        let mut dense_caches = dense.new_caches(b).unwrap();
-        let decoded = last(&dense, &mut dense_caches);
+        let quantized = last_logits(b, &kept, &run.prompt);
+        let decoded = last_logits(b, &dense, &run.prompt);
         let err = max_rel_err(&quantized, &decoded, vocab);
         let vs_hf = max_rel_err(&quantized, &run.hf_logits, vocab);
         eprintln!(
@@ -163,14 +128,7 @@ fn q8_0_gguf_target_matches_its_dequantized_self_and_llama_cpp<B: Backend>(b: &B
             "{:?}: quantized vs decoded {err}",
             run.prompt
         );
-        let ours = greedy(
-            b,
-            &kept,
-            &mut caches,
-            run.prompt.len(),
-            &quantized,
-            run.llama_greedy.len(),
-        );
+        let ours = greedy(b, &kept, &run.prompt, run.llama_greedy.len());
         eprintln!(
             "{:?}: ours {ours:?}, llama.cpp {:?}",
             run.prompt, run.llama_greedy
@@ -199,16 +157,6 @@ fn q8_tolerance<B: Backend>(b: &B) -> f32 {
     } else {
         2.5e-1
     }
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in row.iter().enumerate() {
-        if x > row[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 per_backend!(

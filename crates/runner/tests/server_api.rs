@@ -24,7 +24,7 @@ use runner::server::{
 use runner::tokenizer::{ChatMessage, ChatOptions, ChatTemplate, Tokenizer};
 use runner::{Pipeline, PromptFormat};
 use serde_json::{json, Value};
-use server_support::{batched_worker, call, json_of, pair, runtime, worker, NAME};
+use server_support::{batched_worker, call, json_of, pair, runtime, sse, worker, NAME};
 use tower::ServiceExt;
 
 const PROMPT: &str = "In the beginning God created";
@@ -139,20 +139,6 @@ fn shared() -> &'static Server {
 
 fn ndjson(text: &str) -> Vec<Value> {
     text.lines().map(json_of).collect()
-}
-
-fn sse(text: &str) -> (Vec<Value>, bool) {
-    let data: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .collect();
-    let done = data.last() == Some(&"[DONE]");
-    let frames = data
-        .iter()
-        .filter(|d| **d != "[DONE]")
-        .map(|d| json_of(d))
-        .collect();
-    (frames, done)
 }
 
 #[test]

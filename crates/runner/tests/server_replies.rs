@@ -20,7 +20,7 @@ use runner::server::{
 use runner::structured::{OutputFormat, StructuredError};
 use runner::tokenizer::{ChatTemplate, SpecialTokens, Tokenizer};
 use serde_json::{json, Value};
-use server_support::{call, json_of, pair, runtime, worker_over, NAME};
+use server_support::{call, json_of, pair, runtime, sse, worker_over, NAME};
 
 /// Answers every job with `reply`, in pieces of `piece` characters; records whether each job
 /// asked for special tokens to be written out.
@@ -158,12 +158,7 @@ fn openai_returns_the_call_and_the_text_around_it() {
             let (status, text) =
                 call(&router, "POST", "/v1/chat/completions", Some(streamed)).await;
             assert_eq!(status, StatusCode::OK, "{text}");
-            let frames: Vec<Value> = text
-                .lines()
-                .filter_map(|l| l.strip_prefix("data: "))
-                .filter(|d| *d != "[DONE]")
-                .map(json_of)
-                .collect();
+            let (frames, _) = sse(&text);
             let content: String = frames
                 .iter()
                 .filter_map(|f| f["choices"][0]["delta"]["content"].as_str())

@@ -17,7 +17,7 @@ use runner::server::{self, AppState, ServerConfig};
 use runner::structured::OutputFormat;
 use runner::{Pipeline, PromptFormat};
 use serde_json::{json, Value};
-use server_support::{call, json_of, pair, runtime, worker, NAME};
+use server_support::{call, json_of, pair, runtime, sse, worker, NAME};
 
 const PROMPT: &str = "And God said, ";
 
@@ -150,14 +150,10 @@ fn openai_response_format() {
             let (status, text) = call(router(), "POST", "/v1/chat/completions", Some(body)).await;
             assert_eq!(status, StatusCode::OK, "{text}");
             let content = if stream {
-                text.lines()
-                    .filter_map(|l| l.strip_prefix("data: "))
-                    .filter(|d| *d != "[DONE]")
-                    .filter_map(|d| {
-                        json_of(d)["choices"][0]["delta"]["content"]
-                            .as_str()
-                            .map(String::from)
-                    })
+                sse(&text)
+                    .0
+                    .iter()
+                    .filter_map(|f| f["choices"][0]["delta"]["content"].as_str())
                     .collect::<String>()
             } else {
                 json_of(&text)["choices"][0]["message"]["content"]

@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use axum::Router;
 use runner::server::{self, AppState, ServerConfig};
 use serde_json::{json, Value};
-use server_support::{call, json_of, pair, runtime, worker, worker_over, NAME};
+use server_support::{call, json_of, pair, runtime, sse, worker, worker_over, NAME};
 
 fn template() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/templates/gemma3-functions.jinja")
@@ -141,12 +141,7 @@ fn a_forced_call_streams_as_a_tool_call_delta() {
                           "tool_choice": "required", "temperature": 0, "max_tokens": 120});
         let (status, text) = call(router(), "POST", "/v1/chat/completions", Some(body)).await;
         assert_eq!(status, StatusCode::OK, "{text}");
-        let frames: Vec<Value> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter(|d| *d != "[DONE]")
-            .map(json_of)
-            .collect();
+        let (frames, _) = sse(&text);
         let calls: Vec<&Value> = frames
             .iter()
             .filter_map(|f| f["choices"][0]["delta"]["tool_calls"].as_array())

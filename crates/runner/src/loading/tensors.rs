@@ -2,7 +2,8 @@
 //!
 //! A [`TensorStore`] maps every weight file of a model directory (`model.safetensors`, or the
 //! shards listed by `model.safetensors.index.json`), parses each header once, and hands out
-//! tensors by name. It records which tensors were taken so that [`TensorStore::finish`] can
+//! tensors by name. It can also stand over one GGUF file under HF names
+//! ([`TensorStore::from_gguf`]), its quantized tensors handed out as ggml blocks. It records which tensors were taken so that [`TensorStore::finish`] can
 //! report tensors the model did not use.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -122,3 +122,19 @@ pub fn runtime() -> tokio::runtime::Runtime {
 pub fn json_of(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
+
+/// The JSON frames of a server-sent-events body (`data: ...` lines) and whether it ended with
+/// `data: [DONE]`.
+pub fn sse(text: &str) -> (Vec<Value>, bool) {
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    let done = data.last() == Some(&"[DONE]");
+    let frames = data
+        .iter()
+        .filter(|d| **d != "[DONE]")
+        .map(|d| json_of(d))
+        .collect();
+    (frames, done)
+}
