@@ -7,11 +7,15 @@ Per case, under ``<out>/<case>/``:
     hf/target/      Gemma4ForCausalLM (text), save_pretrained, with a byte-fallback BPE tokenizer
                     (tokenizers' BPE trainer: Gemma's special ids first, the 256 byte tokens, merges)
     hf/assistant/   Gemma4AssistantForCausalLM over the target's KV (tied dense head)
+    hf/assistant_ordered/
+                    (e2b_like) the same with HF's centroid-routed head, converted too (the
+                    converter drops the centroids)
     target-f32.gguf, assistant-f32.gguf
                     `convert_hf_to_gguf.py --outtype f32` of the vendored llama.cpp tree (its own gguf-py)
     reference.json  prompts, HF's greedy continuation and last-position logits of the target, and
                     llama.cpp's greedy continuation on the GGUF (`llama-server`), alone and with the
-                    assistant under `--spec-type draft-mtp`
+                    assistant under `--spec-type draft-mtp` (its default depth, and k = 1..4 with the
+                    draft tokens it proposed and accepted)
 
 Usage (the converter needs torch; PyPI's CUDA wheel works on a CPU):
     python3 -m venv /tmp/g4g && /tmp/g4g/bin/pip install -r tools/gemma4_gguf_fixtures/requirements.txt
@@ -79,6 +83,8 @@ CASES = {
         assistant_text=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                             num_attention_heads=2,
                             layer_types=["sliding_attention", "full_attention"]),
+        # 8 clusters of 40 tokens, the best 2 routed (E2B: 2048 of 128, the best 32).
+        ordered=dict(num_centroids=8, centroid_intermediate_top_k=2),
     ),
     # The same structure with every matrix row a whole number of Q8_0 blocks (32), converted with
     # `--outtype q8_0`: the quantized GGUF a user has, in miniature.
@@ -121,8 +127,9 @@ def write_tokenizer(path: Path) -> Tokenizer:
     return tok
 
 
-def llama_greedy(bin_dir: Path, gguf: Path, runs: list[dict], extra: list[str]) -> list[list[int]]:
-    """Greedy continuations of every run's prompt ids from `llama-server` on `gguf`."""
+def llama_greedy(bin_dir: Path, gguf: Path, runs: list[dict], extra: list[str]) -> list[dict]:
+    """Greedy continuations of every run's prompt ids from `llama-server` on `gguf`, with the
+    draft tokens it proposed and accepted (zero without a drafter)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -147,7 +154,10 @@ def llama_greedy(bin_dir: Path, gguf: Path, runs: list[dict], extra: list[str]) 
             req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=120) as r:
-                out.append(json.loads(r.read())["tokens"])
+                reply = json.loads(r.read())
+            timings = reply.get("timings", {})
+            out.append({"ids": reply["tokens"], "drafted": timings.get("draft_n", 0),
+                        "accepted": timings.get("draft_n_accepted", 0)})
         return out
     finally:
         if proc.poll() is None:
@@ -190,9 +200,22 @@ def main() -> int:
                                      use_ordered_embeddings=False)
         assistant = Gemma4AssistantForCausalLM(acfg).eval()
         assistant.save_pretrained(out / "hf" / "assistant", safe_serialization=True)
+        parts = ["target", "assistant"]
+        if "ordered" in case:
+            # An assistant with HF's centroid-routed head: the converter drops the centroids,
+            # which `--draft-centroids hf/assistant_ordered` gives back.
+            ocfg = Gemma4AssistantConfig(text_config=atext, backbone_hidden_size=t["hidden_size"],
+                                         use_ordered_embeddings=True, **case["ordered"])
+            ordered = Gemma4AssistantForCausalLM(ocfg).eval()
+            with torch.no_grad():
+                ordered.masked_embedding.token_ordering.copy_(torch.randperm(vocab))
+                ordered.masked_embedding.centroids.weight.normal_(0.0, 1.0)
+            ordered.save_pretrained(out / "hf" / "assistant_ordered", safe_serialization=True)
+            parts.append("assistant_ordered")
         # The assistant ships the target's tokenizer (the converter writes it into its GGUF too).
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(out / "hf" / "target" / f, out / "hf" / "assistant" / f)
+        for part in parts[1:]:
+            for f in ("tokenizer.json", "tokenizer_config.json"):
+                shutil.copy(out / "hf" / "target" / f, out / "hf" / part / f)
         runs = []
         for text in PROMPTS:
             ids = [BOS_ID] + tok.encode(text).ids
@@ -204,19 +227,26 @@ def main() -> int:
                          "last_logits": [round(x, 5) for x in logits.tolist()]})
         convert = args.llama_cpp / "convert_hf_to_gguf.py"
         outtype = case.get("outtype", "f32")
-        for part in ("target", "assistant"):
+        for part in parts:
             subprocess.run([sys.executable, str(convert), str(out / "hf" / part), "--outtype", outtype,
                             "--outfile", str(out / f"{part}-{outtype}.gguf")], check=True)
         target_gguf, assistant_gguf = out / f"target-{outtype}.gguf", out / f"assistant-{outtype}.gguf"
         alone = llama_greedy(args.llama_bin, target_gguf, runs, [])
         paired = llama_greedy(args.llama_bin, target_gguf, runs,
                               ["-md", str(assistant_gguf), "--spec-type", "draft-mtp"])
-        for run, a, p in zip(runs, alone, paired):
-            run["llama_greedy_ids"] = a
-            run["llama_draft_mtp_greedy_ids"] = p
-            if not run["greedy_ids"] == a == p:
-                print(f"{name}: {run['text']!r}: HF {run['greedy_ids']} llama.cpp {a} draft-mtp {p}",
-                      file=sys.stderr)
+        # draft-mtp at fixed depths k = 1..4 (`--spec-draft-n-max k`): tokens, drafted, accepted.
+        depths = {k: llama_greedy(args.llama_bin, target_gguf, runs,
+                                  ["-md", str(assistant_gguf), "--spec-type", "draft-mtp",
+                                   "--spec-draft-n-max", str(k)])
+                  for k in range(1, 5)}
+        for i, (run, a, p) in enumerate(zip(runs, alone, paired)):
+            run["llama_greedy_ids"] = a["ids"]
+            run["llama_draft_mtp_greedy_ids"] = p["ids"]
+            run["llama_draft_mtp_by_depth"] = {str(k): depths[k][i] for k in depths}
+            mismatched = [k for k in depths if depths[k][i]["ids"] != a["ids"]]
+            if not run["greedy_ids"] == a["ids"] == p["ids"] or mismatched:
+                print(f"{name}: {run['text']!r}: HF {run['greedy_ids']} llama.cpp {a['ids']} "
+                      f"draft-mtp {p['ids']}, depths differing {mismatched}", file=sys.stderr)
         (out / "reference.json").write_text(json.dumps({
             "case": name, "vocab": vocab, "transformers": transformers.__version__,
             "torch": torch.__version__, "runs": runs}, indent=1) + "\n")

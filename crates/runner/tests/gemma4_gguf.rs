@@ -3,80 +3,19 @@
 //! transformers' logits and the greedy continuation both HF and llama.cpp produce.
 
 mod common;
-
-use std::path::PathBuf;
+mod gemma4_gguf_support;
 
 use common::{max_rel_err, prefill_logits, TOLERANCE};
-use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
+use gemma4_gguf_support::{case_dir, greedy, runs};
 use mtp_core::model::TargetModel;
 use mtp_core::Backend;
 use runner::loading::{load_gguf_target, LoadOptions, StoredQuant};
 use runner::models::Gemma4Target;
 
-fn case_dir(case: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/gemma4_gguf")
-        .join(case)
-}
-
-/// The engine's greedy continuation of `prompt`, `n` tokens (EOS does not stop it).
-fn greedy<B: Backend>(b: &B, target: &Gemma4Target<B>, prompt: &[u32], n: usize) -> Vec<u32> {
-    let request = GenerateRequest::greedy(prompt.to_vec(), n);
-    Engine::new(b, target)
-        .generate(&request, &mut DiscardSink, &CancelToken::new())
-        .unwrap()
-        .tokens
-}
-
 /// The logits row of `prompt`'s last position.
 fn last_logits<B: Backend>(b: &B, target: &Gemma4Target<B>, prompt: &[u32]) -> Vec<f32> {
     let logits = prefill_logits(b, target, prompt);
     logits[logits.len() - target.vocab_size()..].to_vec()
-}
-
-/// The fixture's runs: prompt ids, HF's last-position logits, HF's greedy ids (which llama.cpp's
-/// greedy ids on the same GGUF equal, alone and under draft-mtp).
-fn runs(case: &str) -> Vec<Run> {
-    let text =
-        std::fs::read_to_string(case_dir(case).join("reference.json")).expect("reference.json");
-    let reference: serde_json::Value = serde_json::from_str(&text).expect("JSON");
-    let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .expect("ids")
-            .iter()
-            .map(|x| x.as_u64().expect("id") as u32)
-            .collect()
-    };
-    reference["runs"]
-        .as_array()
-        .expect("runs")
-        .iter()
-        .map(|run| {
-            let logits = run["last_logits"]
-                .as_array()
-                .expect("logits")
-                .iter()
-                .map(|x| x.as_f64().expect("logit") as f32)
-                .collect();
-            Run {
-                prompt: ids(&run["prompt_ids"]),
-                hf_logits: logits,
-                hf_greedy: ids(&run["greedy_ids"]),
-                llama_greedy: ids(&run["llama_greedy_ids"]),
-            }
-        })
-        .collect()
-}
-
-/// One prompt of a fixture.
-struct Run {
-    prompt: Vec<u32>,
-    /// HF's logits at the prompt's last position (f32 weights).
-    hf_logits: Vec<f32>,
-    /// HF's greedy continuation.
-    hf_greedy: Vec<u32>,
-    /// llama.cpp's greedy continuation on the case's GGUF (alone; under draft-mtp the same).
-    llama_greedy: Vec<u32>,
 }
 
 fn gguf_target_matches_hf_and_llama_cpp<B: Backend>(b: &B) {

@@ -220,3 +220,40 @@ pub fn load_assistant<B: Backend>(
     store.finish()?;
     Ok(model)
 }
+
+/// Load a Gemma 4 assistant from the GGUF file `path` (`general.architecture =
+/// gemma4-assistant`, as llama.cpp's converter writes it; see
+/// [`crate::models::gemma4_assistant_gguf`]) for `target`. The converter drops the ordered
+/// embedding's centroids, so the assistant drafts through its full-vocabulary tied head unless
+/// `centroids` names an HF assistant directory to take them from (its `config.json` sizes them,
+/// its safetensors hold them; nothing else of it is read).
+pub fn load_gguf_assistant<B: Backend>(
+    backend: &B,
+    path: &Path,
+    target: &Gemma4Target<B>,
+    options: &LoadOptions,
+    centroids: Option<&Path>,
+) -> LoadResult<Gemma4Assistant<B>> {
+    check_dtype(options, path)?;
+    let file = gguf::GgufFile::open(path)?;
+    let (config, resolved) = crate::models::gemma4_assistant_gguf::assistant_config(&file)?;
+    let mut store = TensorStore::from_gguf(
+        path,
+        &file,
+        crate::models::gemma4_assistant_gguf::assistant_gguf_to_hf,
+    )?;
+    let mut model = {
+        let mut loader = ArrayLoader::new(backend, &mut store, options.dtype)
+            .with_quantize(options.quantize)
+            .with_stored_quant(options.stored_quant);
+        Gemma4Assistant::load(&mut loader, config, resolved, target)?
+    };
+    store.finish()?;
+    if let Some(dir) = centroids {
+        let (source, _) = read_assistant_config(&dir.join("config.json"))?;
+        let mut store = TensorStore::open(dir)?;
+        let mut loader = loader_for(backend, &mut store, dir, options)?;
+        model.attach_ordered_embedding(&mut loader, &source)?;
+    }
+    Ok(model)
+}

@@ -42,7 +42,7 @@ use mtp_core::cache::CacheSet;
 use mtp_core::model::{DraftStep, MtpDrafter};
 use mtp_core::{AttentionBias, AttentionMask, Backend, Causality, CoreError, DType, ReduceOp};
 
-use super::config::{Gemma4AssistantConfig, LayerType, ResolvedText};
+use super::config::{ConfigProblem, Gemma4AssistantConfig, LayerType, ResolvedText};
 use super::gemma4::Gemma4Target;
 use super::layers::{DecoderLayer, LayerDims};
 use super::nn::{Embedding, Linear};
@@ -58,6 +58,55 @@ struct OrderedEmbedding<B: Backend> {
     ordering: B::Array,
     per_centroid: usize,
     top_k: usize,
+}
+
+impl<B: Backend> OrderedEmbedding<B> {
+    /// The centroids and token ordering of HF's `Gemma4AssistantMaskedEmbedder` for a
+    /// vocabulary of `v` tokens and a width of `h`, as `config` sizes them.
+    fn load(
+        loader: &mut ArrayLoader<'_, B>,
+        config: &Gemma4AssistantConfig,
+        v: usize,
+        h: usize,
+    ) -> LoadResult<Self> {
+        let n = config.num_centroids;
+        let raw = loader
+            .store()
+            .take_ints("masked_embedding.token_ordering", &[v])?;
+        // Token ids as an f32 table, so that `embedding` can pick runs on the device: exact
+        // for ids below 2^24.
+        if v > 1 << f32::MANTISSA_DIGITS {
+            return Err(LoadError::InvalidTensor {
+                name: "masked_embedding.token_ordering".into(),
+                reason: format!("a vocabulary of {v} ids is not exact in f32"),
+            });
+        }
+        let mut ids = Vec::with_capacity(v);
+        for (i, id) in raw.into_iter().enumerate() {
+            match u32::try_from(id) {
+                Ok(id) if (id as usize) < v => ids.push(id as f32),
+                _ => {
+                    return Err(LoadError::InvalidTensor {
+                        name: "masked_embedding.token_ordering".into(),
+                        reason: format!("entry {i} = {id} is not a token id below {v}"),
+                    })
+                }
+            }
+        }
+        let ordering = loader
+            .backend()
+            .from_f32(&ids, &[n, v / n], DType::F32)
+            .map_err(|e| LoadError::Backend {
+                name: "masked_embedding.token_ordering".into(),
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            centroids: Linear::load(loader, "masked_embedding.centroids.weight", n, h)?,
+            ordering,
+            per_centroid: v / n,
+            top_k: config.centroid_intermediate_top_k,
+        })
+    }
 }
 
 /// A loaded Gemma 4 assistant bound to one target; see the
@@ -167,43 +216,7 @@ impl<B: Backend> Gemma4Assistant<B> {
             Linear::load(loader, "lm_head.weight", v, h)?
         };
         let ordered = if config.use_ordered_embeddings {
-            let n = config.num_centroids;
-            let raw = loader
-                .store()
-                .take_ints("masked_embedding.token_ordering", &[v])?;
-            // Token ids as an f32 table, so that `embedding` can pick runs on the device: exact
-            // for ids below 2^24.
-            if v > 1 << f32::MANTISSA_DIGITS {
-                return Err(LoadError::InvalidTensor {
-                    name: "masked_embedding.token_ordering".into(),
-                    reason: format!("a vocabulary of {v} ids is not exact in f32"),
-                });
-            }
-            let mut ids = Vec::with_capacity(v);
-            for (i, id) in raw.into_iter().enumerate() {
-                match u32::try_from(id) {
-                    Ok(id) if (id as usize) < v => ids.push(id as f32),
-                    _ => {
-                        return Err(LoadError::InvalidTensor {
-                            name: "masked_embedding.token_ordering".into(),
-                            reason: format!("entry {i} = {id} is not a token id below {v}"),
-                        })
-                    }
-                }
-            }
-            let ordering = loader
-                .backend()
-                .from_f32(&ids, &[n, v / n], DType::F32)
-                .map_err(|e| LoadError::Backend {
-                    name: "masked_embedding.token_ordering".into(),
-                    reason: e.to_string(),
-                })?;
-            Some(OrderedEmbedding {
-                centroids: Linear::load(loader, "masked_embedding.centroids.weight", n, h)?,
-                ordering,
-                per_centroid: v / n,
-                top_k: config.centroid_intermediate_top_k,
-            })
+            Some(OrderedEmbedding::load(loader, &config, v, h)?)
         } else {
             None
         };
@@ -234,6 +247,59 @@ impl<B: Backend> Gemma4Assistant<B> {
     /// The target cache index the assistant's `layer_type` layers read.
     pub fn source_layer(&self, layer_type: LayerType) -> Option<usize> {
         self.sources.get(&layer_type).copied()
+    }
+
+    /// Route the head through the ordered (centroid) embedding of `source`, an HF assistant
+    /// configuration of the same shape whose `masked_embedding.*` tensors `loader` reads: how a
+    /// GGUF assistant, whose converter dropped them, regains HF's head. `source` must use
+    /// ordered embeddings and match this assistant's vocabulary, width and target width.
+    pub fn attach_ordered_embedding(
+        &mut self,
+        loader: &mut ArrayLoader<'_, B>,
+        source: &Gemma4AssistantConfig,
+    ) -> LoadResult<()> {
+        let mismatch = |reason: String| LoadError::DrafterMismatch { reason };
+        let ours = &self.resolved.config;
+        let theirs = &source.text_config;
+        if !source.use_ordered_embeddings {
+            return Err(mismatch(
+                "the centroid source does not use ordered embeddings (use_ordered_embeddings \
+                 is false)"
+                    .into(),
+            ));
+        }
+        if (
+            theirs.vocab_size,
+            theirs.hidden_size,
+            source.backbone_hidden_size,
+        ) != (
+            ours.vocab_size,
+            ours.hidden_size,
+            self.config.backbone_hidden_size,
+        ) {
+            return Err(mismatch(format!(
+                "the centroid source has vocab_size {}, hidden_size {}, backbone_hidden_size {}; \
+                 the assistant {}, {}, {}",
+                theirs.vocab_size,
+                theirs.hidden_size,
+                source.backbone_hidden_size,
+                ours.vocab_size,
+                ours.hidden_size,
+                self.config.backbone_hidden_size
+            )));
+        }
+        let mut config = self.config.clone();
+        config.use_ordered_embeddings = true;
+        config.num_centroids = source.num_centroids;
+        config.centroid_intermediate_top_k = source.centroid_intermediate_top_k;
+        config.resolve().map_err(|problem| {
+            let (ConfigProblem::Invalid(reason) | ConfigProblem::Unsupported(reason)) = problem;
+            mismatch(format!("the centroid source's ordered embedding: {reason}"))
+        })?;
+        let ordered = OrderedEmbedding::load(loader, &config, ours.vocab_size, ours.hidden_size)?;
+        self.ordered = Some(ordered);
+        self.config = config;
+        Ok(())
     }
 
     /// The mask of a step at `position` over keys starting at `key_start` (module docs).

@@ -45,6 +45,16 @@ pub fn resolve_gguf(file: &GgufFile) -> LoadResult<ResolvedText> {
     })
 }
 
+/// Who owns the keys and values a Gemma 4 GGUF's layers attend to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KvOwner {
+    /// A target: its first layers compute their own keys and values (`attn_k`, `attn_v`).
+    Model,
+    /// An assistant: every layer reads its target's; values are the keys where full layers
+    /// have a KV head count of their own (as HF's assistant configs mirror their targets).
+    Target,
+}
+
 /// The [`Gemma4TextConfig`] `file`'s metadata and tensors describe.
 pub fn text_config(file: &GgufFile) -> LoadResult<Gemma4TextConfig> {
     let arch = file.architecture()?;
@@ -56,6 +66,16 @@ pub fn text_config(file: &GgufFile) -> LoadResult<Gemma4TextConfig> {
         }
         .into());
     }
+    read_text_config(file, arch, KvOwner::Model)
+}
+
+/// The Gemma 4 decoder configuration under the metadata keys of `arch` (the file's own
+/// architecture, already checked by the caller).
+pub(crate) fn read_text_config(
+    file: &GgufFile,
+    arch: &str,
+    kv_owner: KvOwner,
+) -> LoadResult<Gemma4TextConfig> {
     let key = |k: &str| format!("{arch}.{k}");
     let layers = file.usize(&key("block_count"))?;
     if layers == 0 || layers > MAX_LAYERS {
@@ -133,12 +153,15 @@ pub fn text_config(file: &GgufFile) -> LoadResult<Gemma4TextConfig> {
     }
     // Values are the keys on full layers without `attn_v` (KV-shared layers have neither).
     let owners = layers.saturating_sub(shared);
-    let k_eq_v = (0..owners).any(|i| {
-        layer_types[i] == LayerType::Full
-            && !file
-                .tensors()
-                .contains_key(&format!("blk.{i}.attn_v.weight"))
-    });
+    let k_eq_v = match kv_owner {
+        KvOwner::Model => (0..owners).any(|i| {
+            layer_types[i] == LayerType::Full
+                && !file
+                    .tensors()
+                    .contains_key(&format!("blk.{i}.attn_v.weight"))
+        }),
+        KvOwner::Target => full_kv != sliding_kv,
+    };
     // HF gives full layers their own KV head count only with keys as values.
     if full_kv != sliding_kv && !k_eq_v {
         return Err(unsupported(
@@ -309,14 +332,14 @@ fn rotated_share(file: &GgufFile, global_head_dim: usize) -> LoadResult<(f64, Op
     Ok((2.0 * rotated as f64 / global_head_dim as f64, factor))
 }
 
-fn invalid(file: &GgufFile, reason: impl Into<String>) -> LoadError {
+pub(super) fn invalid(file: &GgufFile, reason: impl Into<String>) -> LoadError {
     LoadError::InvalidConfig {
         path: file.path().to_path_buf(),
         reason: reason.into(),
     }
 }
 
-fn unsupported(file: &GgufFile, feature: impl Into<String>) -> LoadError {
+pub(super) fn unsupported(file: &GgufFile, feature: impl Into<String>) -> LoadError {
     LoadError::UnsupportedFeature {
         path: file.path().to_path_buf(),
         feature: feature.into(),

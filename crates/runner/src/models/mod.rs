@@ -7,6 +7,7 @@ pub mod config;
 pub mod gemma3;
 pub mod gemma4;
 pub mod gemma4_assistant;
+pub mod gemma4_assistant_gguf;
 pub mod gemma4_gguf;
 mod layers;
 mod moe;
