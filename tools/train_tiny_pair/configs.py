@@ -54,13 +54,16 @@ def target_config() -> Gemma4TextConfig:
     )
 
 
-def assistant_config() -> Gemma4AssistantConfig:
+def assistant_config(width: int = 192) -> Gemma4AssistantConfig:
+    """The assistant, `width` wide (the default pair's: the target's 192; llama.cpp's loader
+    takes only an assistant narrower than its target, so its GGUF race pair uses 128). Heads are
+    the 64-wide heads of the target's KV, `width / 64` of them; the MLP is 3 x `width`."""
     layers = 2
     text = Gemma4TextConfig(
-        hidden_size=192,
-        intermediate_size=576,
+        hidden_size=width,
+        intermediate_size=3 * width,
         num_hidden_layers=layers,
-        num_attention_heads=3,
+        num_attention_heads=width // 64,
         layer_types=[S, F],
         use_double_wide_mlp=False,
         enable_moe_block=False,

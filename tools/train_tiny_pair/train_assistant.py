@@ -126,12 +126,13 @@ def heldout_acceptance(target, assistant, windows, masks) -> list[float]:
     return [h / c for h, c in zip(hits, counts)]
 
 
-def train(target, train_stream, held_stream, *, seed: int, steps: int, batch: int, lr: float, eval_every: int):
+def train(target, train_stream, held_stream, *, seed: int, steps: int, batch: int, lr: float, eval_every: int,
+          width: int = 192):
     torch.manual_seed(seed)
     target.eval()
     for p in target.parameters():
         p.requires_grad_(False)
-    assistant = Gemma4AssistantForCausalLM(configs.assistant_config()).float()
+    assistant = Gemma4AssistantForCausalLM(configs.assistant_config(width)).float()
     assistant.config.get_text_config()._attn_implementation = "sdpa"
     init_from_target(assistant, target)
     assistant.train()

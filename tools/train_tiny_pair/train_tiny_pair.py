@@ -79,6 +79,8 @@ def main() -> int:
     ap.add_argument("--assistant-batch", type=int, default=8)
     ap.add_argument("--target-lr", type=float, default=2e-3)
     ap.add_argument("--assistant-lr", type=float, default=1e-3)
+    ap.add_argument("--assistant-width", type=int, default=192,
+                    help="the assistant's hidden size (a multiple of 64; llama.cpp needs it below the target's 192)")
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -137,12 +139,12 @@ def main() -> int:
 
     assistant, assistant_report = train_assistant.train(
         target, train_stream, held_stream, seed=args.seed + 7, steps=args.assistant_steps, batch=args.assistant_batch,
-        lr=args.assistant_lr, eval_every=args.eval_every,
+        lr=args.assistant_lr, eval_every=args.eval_every, width=args.assistant_width,
     )
     set_generation_defaults(assistant)
     save_model(assistant, assistant_dir)
     report["assistant"] = {"steps": args.assistant_steps, "batch": args.assistant_batch, "lr": args.assistant_lr,
-                           **assistant_report}
+                           "width": args.assistant_width, **assistant_report}
     report["total_seconds"] = time.time() - t0
     report_path.write_text(json.dumps(report, indent=2) + "\n")
     log.info("done in %.0fs -> %s", time.time() - t0, args.out)

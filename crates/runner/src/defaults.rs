@@ -18,8 +18,12 @@ pub struct ModelPaths {
     /// The target model: an HF directory (config, weights, tokenizer) or a `.gguf` file (with
     /// its embedded vocabulary).
     pub target: PathBuf,
-    /// The drafter's HF directory; `None` decodes without MTP.
+    /// The drafter: an HF directory (an MTP assistant or a draft model), or a Gemma 4 assistant
+    /// GGUF file; `None` decodes without MTP.
     pub drafter: Option<PathBuf>,
+    /// An HF assistant directory whose ordered-embedding centroids a GGUF assistant drafts
+    /// through (llama.cpp's converter drops them; `--draft-centroids`).
+    pub draft_centroids: Option<PathBuf>,
     /// A `tokenizer.json` to use instead of the target's own tokenizer (`--tokenizer`).
     pub tokenizer: Option<PathBuf>,
     /// A Jinja chat template file to use instead of the model's own (`--chat-template`).
@@ -127,6 +131,7 @@ pub fn pair_in(dir: &Path, source: PairSource) -> Result<ModelPaths, DefaultMode
     Ok(ModelPaths {
         target,
         drafter: Some(drafter),
+        draft_centroids: None,
         tokenizer: None,
         chat_template: None,
     })

@@ -11,7 +11,7 @@ use mtp_core::Backend;
 use crate::defaults::ModelPaths;
 use crate::loading::gguf::{is_gguf_path, GgufFile};
 use crate::loading::{LoadError, LoadOptions};
-use crate::models::registry::{load_drafter_model, load_gguf_target, load_target_model};
+use crate::models::registry::{load_drafter_with_centroids, load_gguf_target, load_target_model};
 use crate::models::{LoadedDrafter, LoadedTarget};
 use crate::tokenizer::{ChatMessage, ChatOptions, PromptFormat, Tokenizer, TokenizerError};
 
@@ -217,7 +217,7 @@ impl<B: Backend> std::fmt::Debug for Pipeline<B> {
 }
 
 fn check_dir(role: ModelRole, path: &Path) -> Result<(), PipelineError> {
-    if role == ModelRole::Target && is_gguf_path(path) {
+    if is_gguf_path(path) {
         return if path.is_file() {
             Ok(())
         } else {
@@ -293,12 +293,17 @@ impl<B: Backend> Pipeline<B> {
             Some(dir) => {
                 progress(LoadStage::Drafter);
                 Some(
-                    load_drafter_model(&backend, dir, &target, options).map_err(|source| {
-                        PipelineError::Load {
-                            role: ModelRole::Drafter,
-                            path: dir.clone(),
-                            source,
-                        }
+                    load_drafter_with_centroids(
+                        &backend,
+                        dir,
+                        &target,
+                        options,
+                        paths.draft_centroids.as_deref(),
+                    )
+                    .map_err(|source| PipelineError::Load {
+                        role: ModelRole::Drafter,
+                        path: dir.clone(),
+                        source,
                     })?,
                 )
             }

@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 
 use mtp_core::proposer::{NgramOptions, ProposerKind};
 
+use crate::loading::gguf::{is_gguf_path, GgufError, GgufFile};
 use crate::loading::LoadError;
-use crate::models::registry::{lookup, model_types, registration_of, Role};
+use crate::models::gemma4_assistant_gguf::{is_gguf_assistant, GGUF_ASSISTANT_ARCHITECTURES};
+use crate::models::registry::{lookup, model_types, registration_of, Role, GGUF_REGISTRY};
 
 /// The proposer kind of the model in `dir`, from the registry's entry for its `config.json`'s
 /// `model_type`: a registered drafter (`gemma4_assistant`) is an MTP head
@@ -16,6 +18,9 @@ use crate::models::registry::{lookup, model_types, registration_of, Role};
 /// Errors when the file is missing or not JSON, and with [`LoadError::UnknownModelType`] (listing
 /// every registered drafter and target type) for any other `model_type`.
 pub fn detect_draft_kind(dir: &Path) -> Result<ProposerKind, LoadError> {
+    if is_gguf_path(dir) {
+        return gguf_draft_kind(dir);
+    }
     match registration_of(dir, Role::Drafter) {
         Ok(_) => Ok(ProposerKind::Mtp),
         Err(LoadError::UnknownModelType { path, found, .. }) => {
@@ -32,6 +37,28 @@ pub fn detect_draft_kind(dir: &Path) -> Result<ProposerKind, LoadError> {
         }
         Err(other) => Err(other),
     }
+}
+
+/// The proposer kind of a GGUF file: a Gemma 4 assistant (any schema the loader knows, so that
+/// one it refuses says why) is an MTP head; an architecture the registry loads as a target is a
+/// draft model.
+fn gguf_draft_kind(path: &Path) -> Result<ProposerKind, LoadError> {
+    let file = GgufFile::open(path)?;
+    if is_gguf_assistant(&file) {
+        return Ok(ProposerKind::Mtp);
+    }
+    let arch = file.architecture()?;
+    if GGUF_REGISTRY.iter().any(|(a, _)| *a == arch) {
+        return Ok(ProposerKind::Model);
+    }
+    let mut supported: Vec<&str> = GGUF_ASSISTANT_ARCHITECTURES.to_vec();
+    supported.extend(GGUF_REGISTRY.iter().map(|(a, _)| *a));
+    Err(GgufError::UnsupportedArchitecture {
+        path: path.to_path_buf(),
+        found: arch.to_string(),
+        supported,
+    }
+    .into())
 }
 
 /// What a generation drafts with.
@@ -65,7 +92,7 @@ pub enum ProposerChoiceError {
         /// The kind its config names.
         found: ProposerKind,
     },
-    /// The draft directory does not exist.
+    /// The draft directory (or GGUF file) does not exist.
     #[error("the drafter model directory {} does not exist", .0.display())]
     MissingDir(PathBuf),
     /// The directory's config could not be read.
@@ -88,7 +115,12 @@ impl ProposerChoice {
         ngram: NgramOptions,
     ) -> Result<Self, ProposerChoiceError> {
         let detect = |dir: &Path| {
-            if !dir.is_dir() {
+            let exists = if is_gguf_path(dir) {
+                dir.is_file()
+            } else {
+                dir.is_dir()
+            };
+            if !exists {
                 return Err(ProposerChoiceError::MissingDir(dir.to_path_buf()));
             }
             detect_draft_kind(dir).map_err(|e| ProposerChoiceError::Undetectable {

@@ -201,6 +201,7 @@ fn batch_serve_equals_alone<B: Backend>(b: &B) {
     let paths = runner::ModelPaths {
         target: dir.join("target"),
         drafter: Some(dir.join("assistant")),
+        draft_centroids: None,
         tokenizer: None,
         chat_template: None,
     };

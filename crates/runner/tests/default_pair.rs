@@ -54,6 +54,7 @@ fn load_in<B: Backend>(backend: B, dtype: DType) -> Pipeline<B> {
     let paths = ModelPaths {
         target: dir.join("target"),
         drafter: Some(dir.join("assistant")),
+        draft_centroids: None,
         tokenizer: None,
         chat_template: None,
     };

@@ -45,6 +45,7 @@ fn pipeline<B: Backend>(backend: B, case: &Case, ngram: Option<NgramOptions>) ->
     let paths = ModelPaths {
         target: fixtures().join(&case.target),
         drafter: None,
+        draft_centroids: None,
         tokenizer: None,
         chat_template: None,
     };
@@ -125,6 +126,7 @@ fn a_draft_model_with_another_vocabulary_is_refused() {
     let paths = ModelPaths {
         target: fixtures().join("e2b_like/target"),
         drafter: None,
+        draft_centroids: None,
         tokenizer: None,
         chat_template: None,
     };

@@ -252,3 +252,27 @@ per_backend!(
     a_pair_of_other_widths_is_refused,
     greedy_mtp_with_the_gguf_assistant_equals_plain
 );
+
+/// The memory estimate of a GGUF pair counts the assistant's tensors beside the target's, and
+/// the KV cache of the target's own (not KV-shared) layers.
+#[test]
+fn the_memory_estimate_counts_both_gguf_files() {
+    let dir = case_dir("e2b_like");
+    let options = LoadOptions::default();
+    let target = dir.join("target-f32.gguf");
+    let alone = runner::loading::estimate_memory(&target, None, &options, 64).unwrap();
+    let paired = runner::loading::estimate_memory(
+        &target,
+        Some(&dir.join("assistant-f32.gguf")),
+        &options,
+        64,
+    )
+    .unwrap();
+    let file = runner::loading::gguf::GgufFile::open(&dir.join("assistant-f32.gguf")).unwrap();
+    let assistant_bytes: u64 = file.tensors().values().map(|t| t.len as u64).sum();
+    assert_eq!(paired.weights - alone.weights, assistant_bytes);
+    assert_eq!(paired.kv_cache, alone.kv_cache);
+    // Two own layers (sliding: window 8 + 1 positions, 1 KV head of 16; full: 64 positions,
+    // 1 KV head of 32), keys and values in f32.
+    assert_eq!(alone.kv_cache, (9 * 16 + 64 * 32) * 2 * 4);
+}

@@ -14,6 +14,7 @@ fn a_later_request_starts_where_the_earlier_one_left_off() {
     let paths = ModelPaths {
         target: case.join("target"),
         drafter: Some(case.join("assistant")),
+        draft_centroids: None,
         tokenizer: None,
         chat_template: None,
     };

@@ -113,6 +113,7 @@ fn load_with<B: Backend>(backend: B, test: &str, stored: StoredQuant) -> Option<
     let paths = ModelPaths {
         target: path,
         drafter: None,
+        draft_centroids: None,
         tokenizer: None,
         chat_template: None,
     };

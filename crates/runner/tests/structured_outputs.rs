@@ -314,6 +314,7 @@ fn real_model_json_schemas_with_lookup_equal_plain() {
     let paths = ModelPaths {
         target: path,
         drafter: None,
+        draft_centroids: None,
         tokenizer: None,
         chat_template: None,
     };

@@ -106,6 +106,7 @@ impl ModelArgs {
             Some(target) => Ok(ModelPaths {
                 target: target.clone(),
                 drafter: self.draft.clone(),
+                draft_centroids: self.draft_centroids.clone(),
                 tokenizer: self.tokenizer.clone(),
                 chat_template: self.chat_template.clone(),
             }),
@@ -114,6 +115,7 @@ impl ModelArgs {
                 if let Some(draft) = &self.draft {
                     pair.drafter = Some(draft.clone());
                 }
+                pair.draft_centroids = self.draft_centroids.clone();
                 pair.tokenizer = self.tokenizer.clone();
                 pair.chat_template = self.chat_template.clone();
                 Ok(pair)
@@ -202,11 +204,18 @@ pub struct ModelArgs {
     /// the instruction-tuned model of the same family [default: the model's own].
     #[arg(long, value_name = "FILE")]
     pub chat_template: Option<PathBuf>,
-    /// Drafter directory or HF repo id; its config.json model_type says what it is (a Gemma 4
-    /// assistant drafts as an MTP head; see --draft-kind) [default: none with --model, so plain
-    /// decoding; the default pair's assistant without --model].
-    #[arg(long, visible_alias = "assistant", value_name = "DIR|REPO", value_parser = model_location)]
+    /// Drafter directory, Gemma 4 assistant GGUF file (gemma4-assistant, as llama.cpp's
+    /// converter writes it) or HF repo id; a directory's config.json model_type says what it is
+    /// (a Gemma 4 assistant drafts as an MTP head; see --draft-kind) [default: none with
+    /// --model, so plain decoding; the default pair's assistant without --model].
+    #[arg(long, visible_alias = "assistant", value_name = "DIR|FILE|REPO", value_parser = model_location)]
     pub draft: Option<PathBuf>,
+    /// The HF assistant directory whose ordered-embedding centroids a GGUF assistant (--draft
+    /// A.gguf) drafts through: llama.cpp's converter drops them, so without this flag a GGUF
+    /// assistant drafts through its full-vocabulary head (as llama.cpp does), slower for
+    /// assistants made with centroids (E2B/E4B) [default: none].
+    #[arg(long, value_name = "DIR", requires = "draft")]
+    pub draft_centroids: Option<PathBuf>,
     /// Backend to run on.
     #[arg(long, value_enum, default_value = BackendChoice::DEFAULT)]
     pub backend: BackendChoice,

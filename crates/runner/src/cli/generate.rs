@@ -313,6 +313,9 @@ fn schedule_store(inputs: &Inputs<'_>, options: &LoadOptions) -> ScheduleStore {
     if let Some(drafter) = &inputs.paths.drafter {
         setup.push(format!("assistant {}", file_identity(drafter)));
     }
+    if let Some(centroids) = &inputs.paths.draft_centroids {
+        setup.push(format!("centroids {}", file_identity(centroids)));
+    }
     if let Some(model) = &inputs.proposers.model {
         setup.push(format!("draft model {}", file_identity(model)));
     }

@@ -14,7 +14,7 @@ pub fn check_paths(paths: &ModelPaths) -> anyhow::Result<()> {
     if !is_gguf_path(&paths.target) {
         check_dir("--model", &paths.target)?;
     }
-    if let Some(drafter) = &paths.drafter {
+    if let Some(drafter) = paths.drafter.as_ref().filter(|d| !is_gguf_path(d)) {
         check_dir("--draft", drafter)?;
     }
     if let Some(model_type) = drafter_type(&paths.target) {
@@ -33,8 +33,7 @@ fn check_dir(flag: &str, path: &Path) -> anyhow::Result<()> {
     if path.is_file() {
         bail!(
             "{flag} {} is a file: pass the model's directory (the one holding config.json, the \
-             *.safetensors weights and, for the target, tokenizer.json), or a .gguf file as the \
-             target",
+             *.safetensors weights and, for the target, tokenizer.json), or a .gguf file",
             path.display()
         );
     }

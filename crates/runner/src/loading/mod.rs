@@ -189,18 +189,30 @@ pub fn load_gguf_target<B: Backend>(
     path: &Path,
     options: &LoadOptions,
 ) -> LoadResult<Gemma4Target<B>> {
-    check_dtype(options, path)?;
     let file = gguf::GgufFile::open(path)?;
-    let resolved = crate::models::gemma4_gguf::resolve_gguf(&file)?;
-    let mut store = TensorStore::from_gguf(path, &file, gguf_names::gemma4_gguf_to_hf)?;
+    load_gguf_target_file(backend, &file, options, &mut |_, _| {}).map(|(model, _)| model)
+}
+
+/// [`load_gguf_target`] from an opened file, telling `progress` each tensor read.
+pub fn load_gguf_target_file<B: Backend>(
+    backend: &B,
+    file: &gguf::GgufFile,
+    options: &LoadOptions,
+    progress: TensorProgress<'_>,
+) -> LoadResult<(Gemma4Target<B>, StoreStats)> {
+    let path = file.path();
+    check_dtype(options, path)?;
+    let resolved = crate::models::gemma4_gguf::resolve_gguf(file)?;
+    let mut store = TensorStore::from_gguf(path, file, gguf_names::gemma4_gguf_to_hf)?;
     let model = {
         let mut loader = ArrayLoader::new(backend, &mut store, options.dtype)
             .with_quantize(options.quantize)
-            .with_stored_quant(options.stored_quant);
+            .with_stored_quant(options.stored_quant)
+            .with_progress(progress);
         Gemma4Target::load(&mut loader, resolved, "model.")?
     };
-    store.finish()?;
-    Ok(model)
+    let stats = store.finish()?;
+    Ok((model, stats))
 }
 
 /// Load a Gemma 4 assistant from the HF model directory `dir`, for `target`.
@@ -249,11 +261,19 @@ pub fn load_gguf_assistant<B: Backend>(
         Gemma4Assistant::load(&mut loader, config, resolved, target)?
     };
     store.finish()?;
-    if let Some(dir) = centroids {
-        let (source, _) = read_assistant_config(&dir.join("config.json"))?;
-        let mut store = TensorStore::open(dir)?;
-        let mut loader = loader_for(backend, &mut store, dir, options)?;
-        model.attach_ordered_embedding(&mut loader, &source)?;
+    match centroids {
+        Some(dir) => {
+            let (source, _) = read_assistant_config(&dir.join("config.json"))?;
+            let mut store = TensorStore::open(dir)?;
+            let mut loader = loader_for(backend, &mut store, dir, options)?;
+            model.attach_ordered_embedding(&mut loader, &source)?;
+        }
+        None => tracing::warn!(
+            assistant = %path.display(),
+            "the GGUF assistant drafts through its full-vocabulary head: llama.cpp's converter \
+             drops the centroids of an ordered embedding (E2B/E4B assistants have one); give the \
+             HF assistant's directory (--draft-centroids DIR) to draft through them"
+        ),
     }
     Ok(model)
 }

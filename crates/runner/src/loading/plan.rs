@@ -172,8 +172,8 @@ fn kv_bytes(
 
 /// Estimate the memory of the target in `target` (and the drafter in `drafter`) loaded under
 /// `options` (compute dtype, `--quantize`, `--dequantize`), with the target's KV cache holding
-/// `context` positions (capped at the model's `max_position_embeddings`). `target` may be a
-/// GGUF file.
+/// `context` positions (capped at the model's `max_position_embeddings`). `target` and
+/// `drafter` may be GGUF files.
 pub fn estimate_memory(
     target: &Path,
     drafter: Option<&Path>,
@@ -182,11 +182,17 @@ pub fn estimate_memory(
 ) -> LoadResult<MemoryEstimate> {
     let dtype = options.dtype;
     let drafter_bytes = match drafter {
+        Some(file) if is_gguf_path(file) => gguf_weight_bytes(&GgufFile::open(file)?, options),
         Some(dir) => weight_bytes(dir, options)?,
         None => 0,
     };
     if is_gguf_path(target) {
         let file = GgufFile::open(target)?;
+        if file.architecture()? == crate::models::gemma4_gguf::GGUF_ARCHITECTURE {
+            let resolved = crate::models::gemma4_gguf::resolve_gguf(&file)?;
+            let weights = gguf_weight_bytes(&file, options).saturating_add(drafter_bytes);
+            return Ok(gemma4_estimate(&resolved, weights, context, dtype));
+        }
         let config = resolve_gguf(&file)?;
         let context = context.min(config.max_position_embeddings);
         let layers = config
@@ -230,8 +236,19 @@ pub fn estimate_memory(
         });
     }
     let resolved = read_target_config(&config_path)?;
-    let context = context.min(resolved.config.max_position_embeddings);
     let weights = weight_bytes(target, options)?.saturating_add(drafter_bytes);
+    Ok(gemma4_estimate(&resolved, weights, context, dtype))
+}
+
+/// The estimate of a Gemma 4 target of `resolved` configuration (from `config.json` or GGUF
+/// metadata) whose weights (and drafter's) take `weights` bytes.
+fn gemma4_estimate(
+    resolved: &crate::models::config::ResolvedText,
+    weights: u64,
+    context: usize,
+    dtype: DType,
+) -> MemoryEstimate {
+    let context = context.min(resolved.config.max_position_embeddings);
     let layers = resolved
         .layers
         .iter()
@@ -243,7 +260,7 @@ pub fn estimate_memory(
         .map(|spec| spec.kv_heads * spec.head_dim)
         .max()
         .unwrap_or(0);
-    Ok(MemoryEstimate {
+    MemoryEstimate {
         weights,
         kv_cache: kv_bytes(layers, resolved.config.sliding_window, context, dtype),
         context,
@@ -255,7 +272,7 @@ pub fn estimate_memory(
             context,
         ),
         runtime: RUNTIME_BYTES,
-    })
+    }
 }
 
 /// The memory the system can still give this process (Linux `MemAvailable`), if known.

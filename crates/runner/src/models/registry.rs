@@ -22,8 +22,8 @@ use super::gemma3::{self, Gemma3Target};
 use super::{Gemma4Assistant, Gemma4Target};
 use crate::loading::gguf::{is_gguf_path, GgufError, GgufFile};
 use crate::loading::{
-    load_assistant, load_target_reporting, read_config_json, LoadError, LoadOptions, LoadReport,
-    LoadResult, TensorProgress, TextLayout,
+    load_assistant, load_gguf_assistant, load_gguf_target_file, load_target_reporting,
+    read_config_json, LoadError, LoadOptions, LoadReport, LoadResult, TensorProgress, TextLayout,
 };
 
 /// A model family: one folder of model code.
@@ -108,7 +108,8 @@ pub const REGISTRY: &[Registration] = &[
 ];
 
 /// GGUF `general.architecture` → the family that builds it (targets only).
-pub const GGUF_REGISTRY: &[(&str, Family)] = &[("gemma3", Family::Gemma3)];
+pub const GGUF_REGISTRY: &[(&str, Family)] =
+    &[("gemma3", Family::Gemma3), ("gemma4", Family::Gemma4)];
 
 /// The registration of `model_type` in `role`, if any.
 pub fn lookup(model_type: &str, role: Role) -> Option<&'static Registration> {
@@ -297,10 +298,8 @@ pub fn load_gguf_target<B: Backend>(
     match family {
         Family::Gemma3 => gemma3::load_gguf(backend, file, options, progress)
             .map(|(model, stats)| (LoadedTarget::Gemma3(model), text_report(stats))),
-        Family::Gemma4 => Err(LoadError::UnsupportedFeature {
-            path: file.path().to_path_buf(),
-            feature: "Gemma 4 from GGUF".into(),
-        }),
+        Family::Gemma4 => load_gguf_target_file(backend, file, options, progress)
+            .map(|(model, stats)| (LoadedTarget::Gemma4(model), text_report(stats))),
     }
 }
 
@@ -357,6 +356,43 @@ pub fn load_drafter_model<B: Backend>(
     target: &LoadedTarget<B>,
     options: &LoadOptions,
 ) -> LoadResult<LoadedDrafter<B>> {
+    load_drafter_with_centroids(backend, dir, target, options, None)
+}
+
+/// [`load_drafter_model`] where `path` may also be a GGUF assistant file (`gemma4-assistant`),
+/// whose dropped ordered-embedding centroids `centroids` (an HF assistant directory) gives back;
+/// `centroids` with an HF drafter directory is refused (it carries its own).
+pub fn load_drafter_with_centroids<B: Backend>(
+    backend: &B,
+    path: &Path,
+    target: &LoadedTarget<B>,
+    options: &LoadOptions,
+    centroids: Option<&Path>,
+) -> LoadResult<LoadedDrafter<B>> {
+    if is_gguf_path(path) {
+        return match target {
+            LoadedTarget::Gemma4(target) => {
+                load_gguf_assistant(backend, path, target, options, centroids)
+                    .map(LoadedDrafter::Gemma4)
+            }
+            other => Err(LoadError::DrafterMismatch {
+                reason: format!(
+                    "a Gemma 4 assistant GGUF cannot draft for a {} target",
+                    other.family()
+                ),
+            }),
+        };
+    }
+    if let Some(centroids) = centroids {
+        return Err(LoadError::DrafterMismatch {
+            reason: format!(
+                "centroids from {} apply to a GGUF assistant; the HF assistant {} carries its own",
+                centroids.display(),
+                path.display()
+            ),
+        });
+    }
+    let dir = path;
     let registration = registration_of(dir, Role::Drafter)?;
     match (registration.family, target) {
         (Family::Gemma4, LoadedTarget::Gemma4(target)) => {

@@ -32,7 +32,11 @@ pub fn model_facts(paths: &ModelPaths) -> ModelFacts {
         directory_facts(&paths.target)
     };
     if let Some(drafter) = &paths.drafter {
-        facts.size_bytes += safetensors_bytes(drafter);
+        facts.size_bytes += if is_gguf_path(drafter) {
+            std::fs::metadata(drafter).map_or(0, |m| m.len())
+        } else {
+            safetensors_bytes(drafter)
+        };
     }
     facts
 }

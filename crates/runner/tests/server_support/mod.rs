@@ -23,6 +23,7 @@ pub fn pair() -> ModelPaths {
     ModelPaths {
         target: dir.join("target"),
         drafter: Some(dir.join("assistant")),
+        draft_centroids: None,
         tokenizer: None,
         chat_template: None,
     }
