@@ -4,6 +4,9 @@ llama.cpp's own converter (the files a llama.cpp / LM Studio / ollama user has, 
 
 Per case, under ``<out>/<case>/``:
 
+    Cases: e2b_like (PLE, KV sharing), dense_like (31B-like: keys as values, KV heads of their
+    own on full layers), moe_like (26B-A4B-like experts), e2b_like_q8_0 (`--outtype q8_0`).
+
     hf/target/      Gemma4ForCausalLM (text), save_pretrained, with a byte-fallback BPE tokenizer
                     (tokenizers' BPE trainer: Gemma's special ids first, the 256 byte tokens, merges)
     hf/assistant/   Gemma4AssistantForCausalLM over the target's KV (tied dense head)
@@ -85,6 +88,39 @@ CASES = {
                             layer_types=["sliding_attention", "full_attention"]),
         # 8 clusters of 40 tokens, the best 2 routed (E2B: 2048 of 128, the best 32).
         ordered=dict(num_centroids=8, centroid_intermediate_top_k=2),
+    ),
+    # 31B-like dense: no PLE and no KV sharing; full layers with keys as values and KV heads of
+    # their own (attention_k_eq_v, num_global_key_value_heads), sliding layers 3 in 4.
+    "dense_like": dict(
+        seed=7207,
+        target=dict(
+            hidden_size=48, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, num_global_key_value_heads=1, attention_k_eq_v=True,
+            head_dim=16, global_head_dim=32, sliding_window=8,
+            layer_types=["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
+            rope_parameters=PROPORTIONAL_ROPE, hidden_size_per_layer_input=0,
+            num_kv_shared_layers=0, final_logit_softcapping=30.0,
+        ),
+        assistant_text=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4,
+                            layer_types=["sliding_attention", "full_attention"]),
+    ),
+    # 26B-A4B-like MoE: every layer a dense MLP beside 4 experts (2 routed per token), keys as
+    # values on full layers.
+    "moe_like": dict(
+        seed=7307,
+        target=dict(
+            hidden_size=48, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, num_global_key_value_heads=1, attention_k_eq_v=True,
+            head_dim=16, global_head_dim=32, sliding_window=8,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            rope_parameters=PROPORTIONAL_ROPE, hidden_size_per_layer_input=0,
+            num_kv_shared_layers=0, final_logit_softcapping=30.0,
+            enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32,
+        ),
+        assistant_text=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4,
+                            layer_types=["sliding_attention", "full_attention"]),
     ),
     # The same structure with every matrix row a whole number of Q8_0 blocks (32), converted with
     # `--outtype q8_0`: the quantized GGUF a user has, in miniature.
@@ -192,10 +228,12 @@ def main() -> int:
                     p.mul_(8.0 if "embed" not in n else 3.0)
         target.save_pretrained(out / "hf" / "target", safe_serialization=True)
         t = case["target"]
-        atext = dict(case["assistant_text"], vocab_size=vocab, head_dim=t["head_dim"],
-                     global_head_dim=t["global_head_dim"], num_key_value_heads=t["num_key_value_heads"],
-                     sliding_window=t["sliding_window"], rope_parameters=t["rope_parameters"],
-                     hidden_size_per_layer_input=0, vocab_size_per_layer_input=0)
+        # The assistant reads the target's KV: the same heads, head sizes and window.
+        shared = {k: t[k] for k in ("head_dim", "global_head_dim", "num_key_value_heads", "sliding_window",
+                                    "rope_parameters", "num_global_key_value_heads", "attention_k_eq_v")
+                  if k in t}
+        atext = dict(case["assistant_text"], vocab_size=vocab, hidden_size_per_layer_input=0,
+                     vocab_size_per_layer_input=0, **shared)
         acfg = Gemma4AssistantConfig(text_config=atext, backbone_hidden_size=t["hidden_size"],
                                      use_ordered_embeddings=False)
         assistant = Gemma4AssistantForCausalLM(acfg).eval()

@@ -18,26 +18,51 @@ fn last_logits<B: Backend>(b: &B, target: &Gemma4Target<B>, prompt: &[u32]) -> V
     logits[logits.len() - target.vocab_size()..].to_vec()
 }
 
+/// The f32 fixtures: E2B-like (PLE, KV sharing), 31B-like dense (keys as values), 26B-A4B-like
+/// MoE.
+const F32_CASES: [&str; 3] = ["e2b_like", "dense_like", "moe_like"];
+
+/// Each f32 GGUF gives HF's last logits within the fixtures' tolerance and HF's greedy
+/// continuation; llama.cpp's greedy continuation on the same file equals HF's, except where its
+/// own MoE kernels leave it (reported: on `moe_like` one prompt's continuation steps aside at
+/// token 10 of 12).
 fn gguf_target_matches_hf_and_llama_cpp<B: Backend>(b: &B) {
-    let path = case_dir("e2b_like").join("target-f32.gguf");
-    let target =
-        load_gguf_target(b, &path, &LoadOptions::default()).expect("the converter's GGUF loads");
-    let vocab = target.vocab_size();
-    for run in runs("e2b_like") {
-        assert_eq!(
-            run.hf_greedy, run.llama_greedy,
-            "the fixture's engines agree"
-        );
-        let last = last_logits(b, &target, &run.prompt);
-        let err = max_rel_err(&last, &run.hf_logits, vocab);
-        eprintln!("{:?}: last logits max rel err {err:.2e}", run.prompt);
-        assert!(
-            err < TOLERANCE,
-            "{:?}: last logits rel err {err}",
-            run.prompt
-        );
-        let ours = greedy(b, &target, &run.prompt, run.hf_greedy.len());
-        assert_eq!(ours, run.hf_greedy, "{:?}: greedy continuation", run.prompt);
+    for case in F32_CASES {
+        let path = case_dir(case).join("target-f32.gguf");
+        let target = load_gguf_target(b, &path, &LoadOptions::default())
+            .expect("the converter's GGUF loads");
+        let vocab = target.vocab_size();
+        for run in runs(case) {
+            let last = last_logits(b, &target, &run.prompt);
+            let err = max_rel_err(&last, &run.hf_logits, vocab);
+            eprintln!("{case} {:?}: last logits max rel err {err:.2e}", run.prompt);
+            assert!(
+                err < TOLERANCE,
+                "{case} {:?}: last logits rel err {err}",
+                run.prompt
+            );
+            let ours = greedy(b, &target, &run.prompt, run.hf_greedy.len());
+            assert_eq!(
+                ours, run.hf_greedy,
+                "{case} {:?}: greedy continuation",
+                run.prompt
+            );
+            if ours != run.llama_greedy {
+                let at = ours
+                    .iter()
+                    .zip(&run.llama_greedy)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                eprintln!(
+                    "{case} {:?}: llama.cpp leaves HF's greedy at token {at}",
+                    run.prompt
+                );
+                assert!(
+                    case == "moe_like" && at >= 8,
+                    "{case}: llama.cpp agrees with HF"
+                );
+            }
+        }
     }
 }
 

@@ -179,9 +179,14 @@ fn a_pair_of_other_widths_is_refused<B: Backend>(b: &B) {
 
 /// Greedy MTP with the assistant GGUF at each fixed depth gives plain greedy decoding's tokens
 /// and, on the f32 files, llama.cpp's `draft-mtp` tokens at the same depth, drafting and
-/// accepting as many tokens.
+/// accepting as many tokens: the E2B-like, 31B-like and MoE pairs.
 fn greedy_mtp_with_the_gguf_assistant_equals_plain<B: Backend>(b: &B) {
-    for (case, outtype) in [("e2b_like", "f32"), ("e2b_like_q8_0", "q8_0")] {
+    for (case, outtype) in [
+        ("e2b_like", "f32"),
+        ("dense_like", "f32"),
+        ("moe_like", "f32"),
+        ("e2b_like_q8_0", "q8_0"),
+    ] {
         let dir = case_dir(case);
         let options = LoadOptions::default();
         let target = load_gguf_target(b, &dir.join(format!("target-{outtype}.gguf")), &options)
@@ -229,7 +234,9 @@ fn greedy_mtp_with_the_gguf_assistant_equals_plain<B: Backend>(b: &B) {
                         "{case} k={depth}: ours vs llama.cpp's draft-mtp"
                     );
                 }
-                if outtype == "f32" {
+                // Where llama.cpp's plain decoding is ours (all f32 runs but one MoE prompt,
+                // where its kernels leave HF's continuation at token 10).
+                if outtype == "f32" && plain == run.llama_greedy {
                     assert_eq!(
                         response.tokens, theirs.ids,
                         "{case} k={depth}: ours vs llama.cpp's draft-mtp"

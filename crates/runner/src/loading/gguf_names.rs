@@ -18,7 +18,8 @@
 //! Gemma 4 (`gemma4`, [`gemma4_gguf_to_hf`]) adds the per-layer input embeddings
 //! (`per_layer_token_embd`, `per_layer_model_proj`, `per_layer_proj_norm`; per layer `inp_gate`,
 //! `proj`, `post_norm`) and the layer scalar (`blk.N.layer_output_scale.weight` →
-//! `model.layers.N.layer_scalar`).
+//! `model.layers.N.layer_scalar`) and the mixture-of-experts block (router, expert stacks and
+//! their norms; `GEMMA4_MOE`).
 
 /// Whole-model tensors: (GGUF, HF).
 const GLOBAL: [(&str, &str); 3] = [
@@ -92,9 +93,45 @@ const GEMMA4_LAYER: [(&str, &str); 3] = [
     ("post_norm", "post_per_layer_input_norm"),
 ];
 
+/// Gemma 4's mixture-of-experts tensors: (GGUF name after `blk.N.`, HF name after
+/// `model.layers.N.`), parameter included — the router's scales are `.scale` tensors in GGUF and
+/// bare parameters in HF, as are the expert stacks. Split gate and up stacks (which llama.cpp's
+/// loader also accepts) take mlx-vlm's `switch_glu` names, the split layout the MoE block reads.
+const GEMMA4_MOE: [(&str, &str); 10] = [
+    ("ffn_gate_inp.weight", "router.proj.weight"),
+    ("ffn_gate_inp.scale", "router.scale"),
+    ("ffn_down_exps.scale", "router.per_expert_scale"),
+    ("ffn_gate_up_exps.weight", "experts.gate_up_proj"),
+    (
+        "ffn_gate_exps.weight",
+        "experts.switch_glu.gate_proj.weight",
+    ),
+    ("ffn_up_exps.weight", "experts.switch_glu.up_proj.weight"),
+    ("ffn_down_exps.weight", "experts.down_proj"),
+    (
+        "pre_ffw_norm_2.weight",
+        "pre_feedforward_layernorm_2.weight",
+    ),
+    (
+        "post_ffw_norm_1.weight",
+        "post_feedforward_layernorm_1.weight",
+    ),
+    (
+        "post_ffw_norm_2.weight",
+        "post_feedforward_layernorm_2.weight",
+    ),
+];
+
 /// The HF `Gemma4ForCausalLM` name of GGUF tensor `name` of a `gemma4` file, if it is one the
 /// map knows (`rope_freqs.weight` is not a weight: it is read into the configuration).
 pub fn gemma4_gguf_to_hf(name: &str) -> Option<String> {
+    if let Some(rest) = name.strip_prefix("blk.") {
+        let (layer, suffix) = rest.split_once('.')?;
+        if let Some((_, hf)) = GEMMA4_MOE.iter().find(|(g, _)| *g == suffix) {
+            let layer: usize = layer.parse().ok()?;
+            return Some(format!("model.layers.{layer}.{hf}"));
+        }
+    }
     let (stem, param) = split_param(name)?;
     if let Some((_, hf)) = GEMMA4_GLOBAL.iter().find(|(g, _)| *g == stem) {
         return Some(format!("{hf}.{param}"));
@@ -183,6 +220,19 @@ mod tests {
                 "model.layers.0.self_attn.q_proj.weight",
             ),
             ("token_embd.weight", "model.embed_tokens.weight"),
+            ("blk.2.ffn_gate_inp.scale", "model.layers.2.router.scale"),
+            (
+                "blk.2.ffn_down_exps.scale",
+                "model.layers.2.router.per_expert_scale",
+            ),
+            (
+                "blk.2.ffn_gate_up_exps.weight",
+                "model.layers.2.experts.gate_up_proj",
+            ),
+            (
+                "blk.2.post_ffw_norm_1.weight",
+                "model.layers.2.post_feedforward_layernorm_1.weight",
+            ),
         ] {
             assert_eq!(gemma4_gguf_to_hf(gguf).as_deref(), Some(hf), "{gguf}");
         }

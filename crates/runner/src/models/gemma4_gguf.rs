@@ -358,10 +358,18 @@ mod tests {
             .join(file)
     }
 
-    /// The converter's GGUF of the E2B-like fixture resolves to the same layers as the HF
-    /// `config.json` it was converted from (PLE, KV sharing, double-wide MLP, partial RoPE).
+    /// The converter's GGUFs resolve to the same layers as the HF `config.json` each was
+    /// converted from: E2B-like (PLE, KV sharing, double-wide MLP, partial RoPE), 31B-like
+    /// (keys as values, full layers' own KV heads), MoE.
     #[test]
     fn the_converters_gguf_resolves_as_its_hf_config() {
+        for case in ["e2b_like", "dense_like", "moe_like"] {
+            resolves_as_its_hf_config(case);
+        }
+    }
+
+    fn resolves_as_its_hf_config(case: &str) {
+        let fixture = |file: &str| fixture(&format!("../{case}/{file}"));
         let file = GgufFile::open(&fixture("target-f32.gguf")).unwrap();
         let from_gguf = resolve_gguf(&file).unwrap();
         let text = std::fs::read_to_string(fixture("hf/target/config.json")).unwrap();
@@ -386,10 +394,11 @@ mod tests {
                 h.sliding_window
             )
         );
-        assert_eq!(
-            (g.hidden_size_per_layer_input, g.vocab_size_per_layer_input),
-            (h.hidden_size_per_layer_input, h.vocab_size_per_layer_input)
-        );
+        assert_eq!(g.hidden_size_per_layer_input, h.hidden_size_per_layer_input);
+        if h.hidden_size_per_layer_input > 0 {
+            // Without per-layer inputs the table's size means nothing (HF keeps its default).
+            assert_eq!(g.vocab_size_per_layer_input, h.vocab_size_per_layer_input);
+        }
         assert_eq!(g.final_logit_softcapping, h.final_logit_softcapping);
         assert_eq!(g.tie_word_embeddings, h.tie_word_embeddings);
         assert!((g.rms_norm_eps - h.rms_norm_eps).abs() < 1e-12);
