@@ -5,7 +5,8 @@
 # tools on, the server's web UI off (its build would try to download assets). The result lives
 # outside the repository, in $MTP_PEERS_DIR (default ~/.cache/mtp-rs/peers):
 #
-#   $MTP_PEERS_DIR/llama.cpp-0.3.36/bin/{llama-server,llama-bench,llama-speculative-simple,llama-cli}
+#   $MTP_PEERS_DIR/llama.cpp-0.3.36/bin/{llama-server,llama-bench,llama-speculative-simple,llama-cli,
+#                                        llama-quantize}
 #   $MTP_PEERS_DIR/llama.cpp-0.3.36/build-info.json   (commit, flags, compiler, system_info)
 #
 # A second run reuses the build. About 10-15 minutes on 2 cores the first time.
@@ -17,7 +18,7 @@ OUT="$PEERS/llama.cpp-$VERSION"
 JOBS="${JOBS:-$(nproc)}"
 mkdir -p "$PEERS"
 
-if [ -x "$OUT/bin/llama-server" ] && [ -f "$OUT/build-info.json" ]; then
+if [ -x "$OUT/bin/llama-server" ] && [ -x "$OUT/bin/llama-quantize" ] && [ -f "$OUT/build-info.json" ]; then
   echo "llama.cpp $VERSION already built in $OUT"
   exit 0
 fi
@@ -45,9 +46,9 @@ FLAGS=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_USE_PREBUILT_UI=OFF
   -DBUILD_SHARED_LIBS=OFF -G Ninja)
 cmake -S "$TREE" -B "$OUT/build" "${FLAGS[@]}"
 cmake --build "$OUT/build" -j "$JOBS" \
-  --target llama-server llama-bench llama-speculative-simple llama-cli
+  --target llama-server llama-bench llama-speculative-simple llama-cli llama-quantize
 mkdir -p "$OUT/bin"
-for t in llama-server llama-bench llama-speculative-simple llama-cli; do
+for t in llama-server llama-bench llama-speculative-simple llama-cli llama-quantize; do
   cp "$OUT/build/bin/$t" "$OUT/bin/$t"
 done
 

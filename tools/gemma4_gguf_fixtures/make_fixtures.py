@@ -5,7 +5,8 @@ llama.cpp's own converter (the files a llama.cpp / LM Studio / ollama user has, 
 Per case, under ``<out>/<case>/``:
 
     Cases: e2b_like (PLE, KV sharing), dense_like (31B-like: keys as values, KV heads of their
-    own on full layers), moe_like (26B-A4B-like experts), e2b_like_q8_0 (`--outtype q8_0`).
+    own on full layers), moe_like (26B-A4B-like experts), e2b_like_f16 (`--outtype f16`),
+    wide_q4_k_m (256-wide rows, `llama-quantize Q4_K_M`), e2b_like_q8_0 (`--outtype q8_0`).
 
     hf/target/      Gemma4ForCausalLM (text), save_pretrained, with a byte-fallback BPE tokenizer
                     (tokenizers' BPE trainer: Gemma's special ids first, the 256 byte tokens, merges)
@@ -16,7 +17,8 @@ Per case, under ``<out>/<case>/``:
     target-f32.gguf, assistant-f32.gguf
                     `convert_hf_to_gguf.py --outtype f32` of the vendored llama.cpp tree (its own gguf-py)
     reference.json  prompts, HF's greedy continuation and last-position logits of the target, and
-                    llama.cpp's greedy continuation on the GGUF (`llama-server`), alone and with the
+                    llama.cpp's greedy continuation on the GGUF (`llama-server`, with its top-5
+                    log-probabilities at each position), alone and with the
                     assistant under `--spec-type draft-mtp` (its default depth, and k = 1..4 with the
                     draft tokens it proposed and accepted)
 
@@ -66,6 +68,7 @@ CORPUS = [
     "def add(a, b):\n    return a + b\n",
 ]
 PROMPTS = ["In the beginning", "The quick brown fox", "def add(a, b):"]
+TOP_LOGPROBS = 5
 
 PROPORTIONAL_ROPE = {
     "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
@@ -120,6 +123,41 @@ CASES = {
         ),
         assistant_text=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                             num_attention_heads=4,
+                            layer_types=["sliding_attention", "full_attention"]),
+    ),
+    # The E2B-like structure converted with `--outtype f16` (another seed; the HF checkpoint is
+    # not kept: the reference holds what the tests need).
+    "e2b_like_f16": dict(
+        seed=7407,
+        outtype="f16",
+        keep_hf=False,
+        target=dict(
+            hidden_size=48, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=16, global_head_dim=32, sliding_window=8,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            rope_parameters=PROPORTIONAL_ROPE, hidden_size_per_layer_input=8,
+            num_kv_shared_layers=2, use_double_wide_mlp=True, final_logit_softcapping=30.0,
+        ),
+        assistant_text=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=2,
+                            layer_types=["sliding_attention", "full_attention"]),
+    ),
+    # Every matrix row a whole number of K-quant super-blocks (256), quantized by llama.cpp's
+    # `llama-quantize ... Q4_K_M` from the f32 conversion (its mix of Q4_K and Q6_K; the narrower
+    # assistant's rows fall back to the types llama.cpp picks for them).
+    "wide_q4_k_m": dict(
+        seed=7507,
+        quantize="Q4_K_M",
+        keep_hf=False,
+        target=dict(
+            hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=128, global_head_dim=256, sliding_window=8,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            rope_parameters=PROPORTIONAL_ROPE, hidden_size_per_layer_input=0,
+            num_kv_shared_layers=0, final_logit_softcapping=30.0,
+        ),
+        assistant_text=dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                            num_attention_heads=2,
                             layer_types=["sliding_attention", "full_attention"]),
     ),
     # The same structure with every matrix row a whole number of Q8_0 blocks (32), converted with
@@ -186,14 +224,31 @@ def llama_greedy(bin_dir: Path, gguf: Path, runs: list[dict], extra: list[str]) 
         out = []
         for run in runs:
             body = {"prompt": run["prompt_ids"], "n_predict": len(run["greedy_ids"]), "samplers": ["top_k"],
-                    "top_k": 1, "ignore_eos": True, "cache_prompt": False, "return_tokens": True}
+                    "top_k": 1, "ignore_eos": True, "cache_prompt": False, "return_tokens": True,
+                    "n_probs": TOP_LOGPROBS}
             req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=120) as r:
                 reply = json.loads(r.read())
             timings = reply.get("timings", {})
+            # llama.cpp's own log-probabilities (softmax of its logits) of the best tokens at
+            # each generated position: how near a tie a divergence from it is. One request per
+            # position (a reply merges the positions of a character split over byte tokens).
+            top = []
+            if not extra:
+                for i in range(len(reply["tokens"])):
+                    one = dict(body, prompt=run["prompt_ids"] + reply["tokens"][:i], n_predict=1)
+                    req1 = urllib.request.Request(f"http://127.0.0.1:{port}/completion",
+                                                  data=json.dumps(one).encode(),
+                                                  headers={"Content-Type": "application/json"})
+                    with urllib.request.urlopen(req1, timeout=120) as r:
+                        probs = json.loads(r.read()).get("completion_probabilities")
+                    # None: the server gives no probabilities for a token that ends in the
+                    # middle of a character (these byte-fallback models emit such bytes).
+                    top.append([[t["id"], round(t["logprob"], 5)] for t in probs[0]["top_logprobs"]]
+                               if probs else None)
             out.append({"ids": reply["tokens"], "drafted": timings.get("draft_n", 0),
-                        "accepted": timings.get("draft_n_accepted", 0)})
+                        "accepted": timings.get("draft_n_accepted", 0), "top_logprobs": top})
         return out
     finally:
         if proc.poll() is None:
@@ -268,6 +323,15 @@ def main() -> int:
         for part in parts:
             subprocess.run([sys.executable, str(convert), str(out / "hf" / part), "--outtype", outtype,
                             "--outfile", str(out / f"{part}-{outtype}.gguf")], check=True)
+        if "quantize" in case:
+            # llama.cpp's own quantizer, from the f32 conversion (which is not kept).
+            quant = case["quantize"]
+            for part in parts:
+                src, dst = out / f"{part}-{outtype}.gguf", out / f"{part}-{quant.lower()}.gguf"
+                subprocess.run([str(args.llama_bin / "llama-quantize"), str(src), str(dst), quant],
+                               check=True, stdout=subprocess.DEVNULL)
+                src.unlink()
+            outtype = quant.lower()
         target_gguf, assistant_gguf = out / f"target-{outtype}.gguf", out / f"assistant-{outtype}.gguf"
         alone = llama_greedy(args.llama_bin, target_gguf, runs, [])
         paired = llama_greedy(args.llama_bin, target_gguf, runs,
@@ -279,6 +343,7 @@ def main() -> int:
                   for k in range(1, 5)}
         for i, (run, a, p) in enumerate(zip(runs, alone, paired)):
             run["llama_greedy_ids"] = a["ids"]
+            run["llama_top_logprobs"] = a["top_logprobs"]
             run["llama_draft_mtp_greedy_ids"] = p["ids"]
             run["llama_draft_mtp_by_depth"] = {str(k): depths[k][i] for k in depths}
             mismatched = [k for k in depths if depths[k][i]["ids"] != a["ids"]]
@@ -286,8 +351,10 @@ def main() -> int:
                 print(f"{name}: {run['text']!r}: HF {run['greedy_ids']} llama.cpp {a['ids']} "
                       f"draft-mtp {p['ids']}, depths differing {mismatched}", file=sys.stderr)
         (out / "reference.json").write_text(json.dumps({
-            "case": name, "vocab": vocab, "transformers": transformers.__version__,
+            "case": name, "vocab": vocab, "outtype": outtype, "transformers": transformers.__version__,
             "torch": torch.__version__, "runs": runs}, indent=1) + "\n")
+        if not case.get("keep_hf", True):
+            shutil.rmtree(out / "hf")
     return 0
 
 

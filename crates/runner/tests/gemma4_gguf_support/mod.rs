@@ -55,6 +55,40 @@ pub struct Run {
     pub llama_draft_mtp: Vec<u32>,
     /// The same at each fixed depth `k` (1..=4).
     pub llama_by_depth: BTreeMap<usize, DraftMtpRun>,
+    /// llama.cpp's best tokens and their log-probabilities at each position of its plain
+    /// greedy continuation (best first); `None` where its server gives none (a token that ends
+    /// in the middle of a character).
+    pub llama_top: Vec<Option<Vec<(u32, f32)>>>,
+}
+
+/// How far apart two engines' choices are where their greedy continuations part.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Margin {
+    /// llama.cpp's log-probability of its token minus that of ours (`None`: ours is not among
+    /// its recorded best).
+    Llama(Option<f32>),
+    /// llama.cpp recorded nothing at that position.
+    Unrecorded,
+}
+
+impl Run {
+    /// Where `ours` first leaves llama.cpp's plain greedy continuation, and the margin there.
+    /// `None` when they agree.
+    pub fn divergence_from_llama(&self, ours: &[u32]) -> Option<(usize, Margin)> {
+        let at = ours
+            .iter()
+            .zip(&self.llama_greedy)
+            .position(|(a, b)| a != b)?;
+        let margin = match self.llama_top.get(at).and_then(Option::as_ref) {
+            Some(top) => Margin::Llama(
+                top.iter()
+                    .find(|(id, _)| *id == ours[at])
+                    .map(|(_, lp)| top[0].1 - lp),
+            ),
+            None => Margin::Unrecorded,
+        };
+        Some((at, margin))
+    }
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
@@ -101,6 +135,21 @@ pub fn runs(case: &str) -> Vec<Run> {
                 llama_greedy: ids(&run["llama_greedy_ids"]),
                 llama_draft_mtp: ids(&run["llama_draft_mtp_greedy_ids"]),
                 llama_by_depth: by_depth,
+                llama_top: run["llama_top_logprobs"]
+                    .as_array()
+                    .expect("top log-probabilities")
+                    .iter()
+                    .map(|position| {
+                        position.as_array().map(|best| {
+                            best.iter()
+                                .map(|pair| {
+                                    let id = pair[0].as_u64().expect("id") as u32;
+                                    (id, pair[1].as_f64().expect("logprob") as f32)
+                                })
+                                .collect()
+                        })
+                    })
+                    .collect(),
             }
         })
         .collect()
