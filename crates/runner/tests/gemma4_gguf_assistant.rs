@@ -213,7 +213,10 @@ fn greedy_mtp_with_the_gguf_assistant_equals_plain<B: Backend>(b: &B) {
                          greedy tokens",
                         run.prompt
                     );
-                    assert_ne!(outtype, "f32", "{case}: llama.cpp's f32 draft-mtp is its plain");
+                    assert_ne!(
+                        outtype, "f32",
+                        "{case}: llama.cpp's f32 draft-mtp is its plain"
+                    );
                 }
             }
             for (&depth, theirs) in &run.llama_by_depth {

@@ -1,8 +1,11 @@
-//! A [`tokenizers::Tokenizer`] built from the vocabulary a GGUF file embeds
-//! (`tokenizer.ggml.model = "llama"`: SentencePiece-style tokens, scores and token types), so a
-//! single `.gguf` runs without a `tokenizer.json`.
+//! A [`tokenizers::Tokenizer`] built from the vocabulary a GGUF file embeds, so a single `.gguf`
+//! runs without a `tokenizer.json`. Two vocabulary kinds (`tokenizer.ggml.model`) are supported:
+//! `"llama"` (SentencePiece-style tokens, scores and token types; below) and `"gemma4"` (Gemma 4's
+//! BPE with merges; see [`gguf_bpe`](super::gguf_bpe)). Any other kind is refused when the
+//! tokenizer is built, naming these two; its special-token settings are still read (for a
+//! `--tokenizer` file used with the GGUF).
 //!
-//! # The algorithm, and why a BPE reproduces it
+//! # The SentencePiece algorithm, and why a BPE reproduces it
 //!
 //! llama.cpp's `llm_tokenizer_spm` first cuts the text at every control and user-defined token
 //! (`tokenizer_st_partition`, longest token first), escapes spaces as `▁` in the remaining
@@ -23,6 +26,12 @@
 //!
 //! Token types are llama.cpp's `llama_token_type`: 1 normal, 2 unknown, 3 control,
 //! 4 user-defined, 5 unused, 6 byte.
+//!
+//! # Special-token settings
+//!
+//! BOS and `add_bos_token` come from the metadata (llama.cpp always adds BOS for `"gemma4"`,
+//! whatever the file says, and so does this tokenizer); generation ends at the EOS / EOT / EOM ids
+//! and at the tokens llama.cpp ends generation at by their text ([`END_OF_GENERATION`]).
 
 use std::collections::BTreeMap;
 
@@ -38,29 +47,55 @@ use super::error::{TokenizerError, TokenizerResult};
 use super::special::TokenizerSettings;
 use crate::loading::gguf::{GgufError, GgufFile};
 
+/// llama.cpp's token type of the unknown token (`<unk>` in some vocabularies).
+pub(super) const TYPE_UNKNOWN: i64 = 2;
 /// llama.cpp's token type of a control token (`<bos>`, `<start_of_turn>`, ...).
-const TYPE_CONTROL: i64 = 3;
+pub(super) const TYPE_CONTROL: i64 = 3;
 /// llama.cpp's token type of a user-defined token (Gemma's whitespace runs, `<table>`, ...).
-const TYPE_USER_DEFINED: i64 = 4;
+pub(super) const TYPE_USER_DEFINED: i64 = 4;
 /// llama.cpp's token type of a byte-fallback token `<0xXX>`.
 const TYPE_BYTE: i64 = 6;
 
 /// The SentencePiece word-boundary mark.
-const SPACE_MARK: &str = "\u{2581}";
+pub(super) const SPACE_MARK: &str = "\u{2581}";
+
+/// The `tokenizer.ggml.model` of SentencePiece vocabularies (Gemma 3, Llama 2, ...).
+pub const MODEL_LLAMA: &str = "llama";
+/// The `tokenizer.ggml.model` of Gemma 4's BPE vocabulary (see [`gguf_bpe`](super::gguf_bpe)).
+pub const MODEL_GEMMA4: &str = "gemma4";
+
+/// The tokens llama.cpp ends generation at by their text, whatever their type
+/// (`llama_vocab::impl::load`, which also makes them control tokens): the ones of the Gemma,
+/// Llama 3, ChatML and Phi vocabularies.
+pub const END_OF_GENERATION: [&str; 7] = [
+    "<end_of_turn>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+];
 
 /// The parts of a GGUF vocabulary the tokenizer is built from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GgufVocab {
+    /// `tokenizer.ggml.model`: [`MODEL_LLAMA`] and [`MODEL_GEMMA4`] build a tokenizer.
+    pub model: String,
     /// Token strings, by id.
     pub tokens: Vec<String>,
     /// SentencePiece scores, by id.
     pub scores: Vec<f32>,
     /// llama.cpp token types, by id.
     pub types: Vec<i64>,
-    /// `tokenizer.ggml.add_space_prefix` (default true, as llama.cpp).
+    /// `tokenizer.ggml.add_space_prefix` (default true, as llama.cpp; a `"gemma4"` vocabulary
+    /// never adds one).
     pub add_space_prefix: bool,
     /// `tokenizer.ggml.unknown_token_id`.
     pub unk: Option<u32>,
+    /// `tokenizer.ggml.merges` of a `"gemma4"` vocabulary (`"left right"`, best first); empty
+    /// for the others.
+    pub merges: Vec<String>,
 }
 
 fn bad(file: &GgufFile, reason: impl Into<String>) -> TokenizerError {
@@ -87,19 +122,24 @@ fn token_id(file: &GgufFile, key: &str, vocab: usize) -> TokenizerResult<Option<
 }
 
 impl GgufVocab {
-    /// Read the vocabulary of `file`; only `tokenizer.ggml.model = "llama"` is supported.
+    /// Read the vocabulary of `file`: tokens, scores, token types and, for `"gemma4"`, the merges
+    /// (required there, as llama.cpp requires them). Any `tokenizer.ggml.model` is read;
+    /// [`build`](Self::build) refuses the unsupported ones.
     pub fn read(file: &GgufFile) -> TokenizerResult<Self> {
         let err = from_gguf_error(file);
-        let model = file.string("tokenizer.ggml.model").map_err(&err)?;
-        if model != "llama" {
-            return Err(bad(
-                file,
-                format!(
-                    "tokenizer.ggml.model {model:?} is not supported (only \"llama\", the \
-                     SentencePiece vocabulary); pass --tokenizer tokenizer.json instead"
-                ),
-            ));
-        }
+        let model = file
+            .string("tokenizer.ggml.model")
+            .map_err(&err)?
+            .to_string();
+        let merges = if model == MODEL_GEMMA4 {
+            file.strings("tokenizer.ggml.merges")
+                .map_err(&err)?
+                .into_iter()
+                .map(str::to_string)
+                .collect()
+        } else {
+            Vec::new()
+        };
         let tokens: Vec<String> = file
             .strings("tokenizer.ggml.tokens")
             .map_err(&err)?
@@ -133,11 +173,13 @@ impl GgufVocab {
             .unwrap_or(true);
         let unk = token_id(file, "tokenizer.ggml.unknown_token_id", n)?;
         Ok(Self {
+            model,
             tokens,
             scores,
             types,
             add_space_prefix,
             unk,
+            merges,
         })
     }
 
@@ -167,8 +209,23 @@ impl GgufVocab {
             .collect()
     }
 
-    /// Build the tokenizer (see the [module docs](self)).
+    /// Build the tokenizer: SentencePiece for `"llama"` (see the [module docs](self)), Gemma 4's
+    /// BPE for `"gemma4"` (see [`gguf_bpe`](super::gguf_bpe)); any other kind is an error that
+    /// names the supported ones.
     pub fn build(&self) -> Result<tokenizers::Tokenizer, String> {
+        match self.model.as_str() {
+            MODEL_LLAMA => self.build_sentencepiece(),
+            MODEL_GEMMA4 => super::gguf_bpe::build(self),
+            other => Err(format!(
+                "tokenizer.ggml.model {other:?} is not supported (only {MODEL_LLAMA:?}, the \
+                 SentencePiece vocabulary, and {MODEL_GEMMA4:?}, Gemma 4's BPE); pass \
+                 --tokenizer tokenizer.json instead"
+            )),
+        }
+    }
+
+    /// The token ids by text; an error when a text repeats.
+    pub(super) fn ids(&self) -> Result<Vocab, String> {
         let vocab: Vocab = self
             .tokens
             .iter()
@@ -182,6 +239,12 @@ impl GgufVocab {
                 self.tokens.len()
             ));
         }
+        Ok(vocab)
+    }
+
+    /// The SentencePiece vocabulary as a BPE (see the [module docs](self)).
+    fn build_sentencepiece(&self) -> Result<tokenizers::Tokenizer, String> {
+        let vocab = self.ids()?;
         let merges = self.merges(&vocab);
         let mut builder = BPE::builder()
             .vocab_and_merges(vocab, merges)
@@ -230,8 +293,9 @@ impl GgufVocab {
     }
 }
 
-/// The special-token settings a GGUF file states: BOS, EOS (plus `<end_of_turn>`-style end tokens
-/// llama.cpp also stops at), `add_bos_token`, the chat template, and the named special tokens.
+/// The special-token settings a GGUF file states: BOS, EOS (plus the [`END_OF_GENERATION`] tokens
+/// llama.cpp also stops at), `add_bos_token` (always for `"gemma4"`, as llama.cpp), the chat
+/// template, and the named special tokens.
 pub(crate) fn gguf_settings(
     file: &GgufFile,
     vocab: &GgufVocab,
@@ -247,14 +311,9 @@ pub(crate) fn gguf_settings(
     ] {
         eos.extend(token_id(file, key, n)?);
     }
-    // llama.cpp's `llama_vocab::impl::load` also ends generation at these control tokens.
-    for name in ["<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|end|>"] {
-        if let Some(id) = vocab
-            .tokens
-            .iter()
-            .zip(&vocab.types)
-            .position(|(t, &ty)| t == name && ty == TYPE_CONTROL)
-        {
+    // llama.cpp's `llama_vocab::impl::load` also ends generation at these tokens, by text.
+    for name in END_OF_GENERATION {
+        if let Some(id) = vocab.tokens.iter().position(|t| t == name) {
             eos.push(id as u32);
         }
     }
@@ -271,13 +330,16 @@ pub(crate) fn gguf_settings(
             special_tokens.insert(name.to_string(), vocab.tokens[id as usize].clone());
         }
     }
+    let stated_add_bos = file
+        .opt_bool("tokenizer.ggml.add_bos_token")
+        .map_err(&err)?
+        .unwrap_or(true);
+    // llama.cpp adds BOS to every Gemma 4 prompt, whatever `add_bos_token` says.
+    let add_bos = stated_add_bos || vocab.model == MODEL_GEMMA4;
     Ok(TokenizerSettings {
         bos,
         eos,
-        add_bos: file
-            .opt_bool("tokenizer.ggml.add_bos_token")
-            .map_err(&err)?
-            .unwrap_or(true),
+        add_bos,
         chat_template: file
             .opt_string("tokenizer.chat_template")
             .map_err(&err)?

@@ -2,11 +2,13 @@
 //! tokens from `config.json` / `generation_config.json` / `tokenizer_config.json`, the
 //! checkpoint's own chat template ([`ChatTemplate`], rendered as HF renders it), and streaming
 //! detokenization ([`Detokenizer`]). A GGUF file's embedded vocabulary builds the same kind of
-//! tokenizer ([`Tokenizer::from_gguf`], see [`gguf`]).
+//! tokenizer ([`Tokenizer::from_gguf`]: SentencePiece vocabularies, see [`gguf`], and Gemma 4's
+//! BPE, see [`gguf_bpe`]).
 
 mod detokenizer;
 mod error;
 pub mod gguf;
+pub mod gguf_bpe;
 mod guard;
 mod json_text;
 mod special;
