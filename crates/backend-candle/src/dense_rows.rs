@@ -135,24 +135,34 @@ unsafe fn rows_avx2(
     part: &mut [&mut [f32]],
 ) {
     let n = part.len();
+    // The activation rows of each pass, picked once (a short last chunk repeats its last row,
+    // whose dot is computed but not stored).
+    let passes: Vec<(usize, usize, [&[f32]; CHUNK])> = (0..n)
+        .step_by(CHUNK)
+        .map(|j0| {
+            let m = CHUNK.min(n - j0);
+            let xr = std::array::from_fn(|jj| &x[(j0 + jj.min(m - 1)) * cols..][..cols]);
+            (j0, m, xr)
+        })
+        .collect();
     for (i, r) in rows.enumerate() {
         let w_row = &w[r * cols..][..cols];
-        let mut j0 = 0;
-        while j0 < n {
-            let m = CHUNK.min(n - j0);
-            let xr: [&[f32]; CHUNK] =
-                std::array::from_fn(|jj| &x[(j0 + jj.min(m - 1)) * cols..][..cols]);
-            let dots = match m {
-                1 => chunk::<1>(w_row, &xr).to_vec(),
-                2 => chunk::<2>(w_row, &xr).to_vec(),
-                3 => chunk::<3>(w_row, &xr).to_vec(),
-                _ => chunk::<4>(w_row, &xr).to_vec(),
-            };
-            for (jj, d) in dots.into_iter().enumerate() {
-                part[j0 + jj][i] = d;
+        for (j0, m, xr) in &passes {
+            match m {
+                1 => store(part, *j0, i, chunk::<1>(w_row, xr)),
+                2 => store(part, *j0, i, chunk::<2>(w_row, xr)),
+                3 => store(part, *j0, i, chunk::<3>(w_row, xr)),
+                _ => store(part, *j0, i, chunk::<4>(w_row, xr)),
             }
-            j0 += m;
         }
+    }
+}
+
+/// `part[j0 + jj][i] = dots[jj]`.
+#[inline]
+fn store<const M: usize>(part: &mut [&mut [f32]], j0: usize, i: usize, dots: [f32; M]) {
+    for (jj, d) in dots.into_iter().enumerate() {
+        part[j0 + jj][i] = d;
     }
 }
 
