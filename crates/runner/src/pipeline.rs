@@ -158,6 +158,7 @@ pub struct Generation {
 /// let paths = ModelPaths {
 ///     target: case.join("target"),
 ///     drafter: Some(case.join("assistant")),
+///     draft_centroids: None,
 ///     tokenizer: None,
 ///     chat_template: None,
 /// };

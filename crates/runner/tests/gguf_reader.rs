@@ -195,7 +195,7 @@ fn unsupported_architecture_is_an_error() {
             found, supported, ..
         } => {
             assert_eq!(found, "llama");
-            assert_eq!(supported, ["gemma3"]);
+            assert_eq!(supported, ["gemma3", "gemma4"]);
         }
         other => panic!("{other}"),
     }
