@@ -161,26 +161,33 @@ def peer_system_info(args) -> str:
         return server.system_info()
 
 
+def measure(server: "LlamaServer", ids: list[list[int]], num_predict: int, reps: int,
+            sampling: str) -> list[dict]:
+    """Every prompt `reps` times on `server` after a warm-up over the first three (as ours):
+    per prompt the first repetition's timings, drafts and tokens, the later ones' decode rates."""
+    for i in range(min(3, len(ids))):
+        server.complete(ids[i], num_predict, sampling, SAMPLED["seed"] + i)
+    per_prompt = []
+    for rep in range(reps):
+        for i, p in enumerate(ids):
+            r = server.complete(p, num_predict, sampling, SAMPLED["seed"] + i)
+            t = r["timings"]
+            entry = {"decode_tps": t["predicted_per_second"], "prompt_tps": t["prompt_per_second"],
+                     "predicted_n": t["predicted_n"], "prompt_n": t["prompt_n"],
+                     "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0),
+                     "tokens": r.get("tokens", [])}
+            if rep == 0:
+                per_prompt.append(entry)
+            else:
+                per_prompt[i].setdefault("more_decode_tps", []).append(entry["decode_tps"])
+    return per_prompt
+
+
 def llama_runs(args, ids: list[list[int]], sampling: str, logs: Path) -> dict:
     runs = {}
     for kind in LLAMA_SPEC_KINDS:
         with LlamaServer(args, kind, logs / f"llama-server-{kind}.log") as server:
-            for i in range(min(3, len(ids))):  # warm-up, as ours
-                server.complete(ids[i], args.num_predict, sampling, SAMPLED["seed"] + i)
-            per_prompt = []
-            for rep in range(args.reps):
-                for i, p in enumerate(ids):
-                    r = server.complete(p, args.num_predict, sampling, SAMPLED["seed"] + i)
-                    t = r["timings"]
-                    entry = {"decode_tps": t["predicted_per_second"], "prompt_tps": t["prompt_per_second"],
-                             "predicted_n": t["predicted_n"], "prompt_n": t["prompt_n"],
-                             "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0),
-                             "tokens": r.get("tokens", [])}
-                    if rep == 0:
-                        per_prompt.append(entry)
-                    else:
-                        per_prompt[i].setdefault("more_decode_tps", []).append(entry["decode_tps"])
-            runs[kind] = per_prompt
+            runs[kind] = measure(server, ids, args.num_predict, args.reps, sampling)
     return runs
 
 

@@ -44,7 +44,7 @@ import sys
 import time
 from pathlib import Path
 
-from race import ROOT, DEFAULT_PEERS, LlamaServer, git, machine, post, sh
+from race import ROOT, DEFAULT_PEERS, LlamaServer, git, machine, measure, post, sh
 
 BEGIN, END = "<!-- mtp-gguf-table:begin -->", "<!-- mtp-gguf-table:end -->"
 DEPTHS = [1, 2, 3, 4]
@@ -109,21 +109,7 @@ def llama(args, target: Path, assistant: Path, ids: list[list[int]], logs: Path,
     for name, extra in configs:
         log = logs / f"llama-server-{tag}-{name}.log"
         with LlamaServer(server_args, "none", log, (*kv_args(args), *extra)) as server:
-            for i in range(min(2, len(ids))):  # warm-up
-                server.complete(ids[i], args.num_predict, "greedy", 0)
-            per_prompt = []
-            for rep in range(args.reps):
-                for i, p in enumerate(ids):
-                    r = server.complete(p, args.num_predict, "greedy", 0)
-                    t = r["timings"]
-                    entry = {"decode_tps": t["predicted_per_second"], "predicted_n": t["predicted_n"],
-                             "draft_n": t.get("draft_n", 0), "draft_n_accepted": t.get("draft_n_accepted", 0),
-                             "tokens": r.get("tokens", [])}
-                    if rep == 0:
-                        per_prompt.append(entry)
-                    else:
-                        per_prompt[i].setdefault("more_decode_tps", []).append(entry["decode_tps"])
-            runs[name] = per_prompt
+            runs[name] = measure(server, ids, args.num_predict, args.reps, "greedy")
     return runs
 
 
