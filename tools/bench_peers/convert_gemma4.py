@@ -21,8 +21,7 @@ from pathlib import Path
 
 def complete(hparams: dict) -> dict:
     """`global_head_dim` = `head_dim` where no full layer has a head size of its own."""
-    text = hparams.get("text_config", hparams)
-    for h in {id(hparams): hparams, id(text): text}.values():
+    for h in (hparams, hparams.get("text_config") or {}):
         if "head_dim" not in h or h.get("global_head_dim") is not None:
             continue
         per_layer = h.get("per_layer_config") or {}

@@ -1,7 +1,7 @@
 //! `mtp generate|bench --model T.gguf --draft A.gguf` on the Gemma 4 GGUF files llama.cpp's
 //! converter writes (`tests/fixtures/gemma4_gguf`): the target's embedded `gemma4` tokenizer,
-//! the assistant drafting, llama.cpp's greedy tokens, the full-vocabulary-head notice and
-//! `--draft-centroids`.
+//! the assistant drafting (and a GGUF draft model), llama.cpp's greedy tokens, the
+//! full-vocabulary-head notice and `--draft-centroids`.
 
 mod cli_common;
 mod gemma4_gguf_support;
@@ -64,6 +64,20 @@ fn a_gguf_pair_generates_llama_cpps_greedy_tokens() {
             "the first lines say the head is the dense one: {stderr}"
         );
     }
+    // The target's own GGUF as a draft model (a target-family file, not an assistant).
+    let target = dir.join("target-f32.gguf");
+    let (json, _) = generate(
+        &[
+            "--draft",
+            target.to_str().unwrap(),
+            "--draft-schedule",
+            "constant",
+        ],
+        &prompt,
+        greedy.len(),
+    );
+    assert_eq!(json["mtp"]["proposer"], "model", "{json}");
+    assert_eq!(ids(&json["tokens"]), greedy, "a GGUF draft model");
     let centroids = dir.join("hf/assistant_ordered");
     let ordered = dir.join("assistant_ordered-f32.gguf");
     let (json, stderr) = generate(
@@ -83,51 +97,51 @@ fn a_gguf_pair_generates_llama_cpps_greedy_tokens() {
 #[test]
 fn bad_gguf_pairs_are_refused_with_reasons() {
     let dir = case_dir("e2b_like");
-    let target = dir.join("target-f32.gguf");
-    // The assistant passed as the target.
-    assert_fails_with(
-        mtp()
-            .arg("generate")
-            .arg("--model")
-            .arg(dir.join("assistant-f32.gguf"))
-            .arg("hi"),
-        "gemma4-assistant",
-    );
-    // An assistant of another target width.
-    assert_fails_with(
-        mtp()
-            .arg("generate")
-            .arg("--model")
-            .arg(&target)
-            .arg("--draft")
-            .arg(case_dir("e2b_like_q8_0").join("assistant-q8_0.gguf"))
-            .arg("hi"),
-        "backbone_hidden_size 64",
-    );
-    // Centroids from an assistant without an ordered embedding.
-    assert_fails_with(
-        mtp()
-            .arg("generate")
-            .arg("--model")
-            .arg(&target)
-            .arg("--draft")
-            .arg(dir.join("assistant-f32.gguf"))
-            .arg("--draft-centroids")
-            .arg(dir.join("hf/assistant"))
-            .arg("hi"),
-        "use_ordered_embeddings",
-    );
-    // Centroids without a drafter.
-    assert_fails_with(
-        mtp()
-            .arg("generate")
-            .arg("--model")
-            .arg(&target)
-            .arg("--draft-centroids")
-            .arg(dir.join("hf/assistant_ordered"))
-            .arg("hi"),
-        "--draft",
-    );
+    let path = |p: std::path::PathBuf| p.to_str().unwrap().to_string();
+    let target = path(dir.join("target-f32.gguf"));
+    let assistant = path(dir.join("assistant-f32.gguf"));
+    let cases: [(Vec<String>, &str); 4] = [
+        // The assistant passed as the target.
+        (
+            vec!["--model".into(), assistant.clone()],
+            "gemma4-assistant",
+        ),
+        // An assistant of another target width.
+        (
+            vec![
+                "--model".into(),
+                target.clone(),
+                "--draft".into(),
+                path(case_dir("e2b_like_q8_0").join("assistant-q8_0.gguf")),
+            ],
+            "backbone_hidden_size 64",
+        ),
+        // Centroids from an assistant without an ordered embedding.
+        (
+            vec![
+                "--model".into(),
+                target.clone(),
+                "--draft".into(),
+                assistant,
+                "--draft-centroids".into(),
+                path(dir.join("hf/assistant")),
+            ],
+            "use_ordered_embeddings",
+        ),
+        // Centroids without a drafter.
+        (
+            vec![
+                "--model".into(),
+                target,
+                "--draft-centroids".into(),
+                path(dir.join("hf/assistant_ordered")),
+            ],
+            "--draft",
+        ),
+    ];
+    for (args, expected) in cases {
+        assert_fails_with(mtp().arg("generate").args(&args).arg("hi"), expected);
+    }
 }
 
 #[test]

@@ -133,3 +133,41 @@ fn inconsistent_metadata_is_an_error_not_a_panic() {
     let err = resolve(&not_gemma4, &tensors(&QUARTER)).unwrap();
     assert!(err.contains("gemma3") && err.contains("gemma4"), "{err}");
 }
+
+#[test]
+fn a_missing_key_is_named_with_the_file() {
+    for key in [
+        "gemma4.block_count",
+        "gemma4.embedding_length",
+        "gemma4.attention.head_count",
+        "gemma4.attention.key_length",
+    ] {
+        let metadata: Vec<_> = metadata().into_iter().filter(|(k, _)| *k != key).collect();
+        let err =
+            resolve(&metadata, &tensors(&QUARTER)).unwrap_or_else(|| panic!("{key}: resolved"));
+        assert!(err.contains(key) && err.contains("m.gguf"), "{key}: {err}");
+    }
+}
+
+#[test]
+fn a_missing_tensor_is_named_with_the_file() {
+    // The metadata resolves; the file holds only the embedding, rope factors and values.
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "m.gguf",
+        &gguf_bytes(3, &metadata(), &tensors(&QUARTER)),
+    );
+    let err = runner::loading::load_gguf_target(
+        &mtp_core::reference::ReferenceBackend::default(),
+        &path,
+        &Default::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("m.gguf"), "{err}");
+    assert!(
+        err.contains("blk.0.") || err.contains("model."),
+        "names the tensor: {err}"
+    );
+}

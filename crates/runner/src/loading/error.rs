@@ -110,6 +110,15 @@ pub enum LoadError {
     /// [`GgufError`](super::gguf::GgufError)).
     #[error(transparent)]
     Gguf(Box<super::gguf::GgufError>),
+    /// An error about a single-file model (a GGUF) that names no file, with the file it was
+    /// read from ([`LoadError::in_file`]).
+    #[error("{path}: {source}")]
+    InFile {
+        /// The model file.
+        path: PathBuf,
+        /// What went wrong in it.
+        source: Box<LoadError>,
+    },
     /// The backend refused to build an array from the weights.
     #[error("backend error while building {name}: {reason}")]
     Backend {
@@ -118,6 +127,25 @@ pub enum LoadError {
         /// The backend's message.
         reason: String,
     },
+}
+
+impl LoadError {
+    /// `self`, naming `path` when it names no file (the tensor errors, and a drafter that does
+    /// not fit its target): how a single-file model's errors say which file.
+    pub fn in_file(self, path: &std::path::Path) -> Self {
+        match self {
+            Self::MissingTensor { .. }
+            | Self::ShapeMismatch { .. }
+            | Self::UnsupportedDtype { .. }
+            | Self::InvalidTensor { .. }
+            | Self::Backend { .. }
+            | Self::DrafterMismatch { .. } => Self::InFile {
+                path: path.to_path_buf(),
+                source: Box::new(self),
+            },
+            other => other,
+        }
+    }
 }
 
 /// Result alias for loading.

@@ -209,7 +209,7 @@ pub fn load_gguf_target_file<B: Backend>(
             .with_quantize(options.quantize)
             .with_stored_quant(options.stored_quant)
             .with_progress(progress);
-        Gemma4Target::load(&mut loader, resolved, "model.")?
+        Gemma4Target::load(&mut loader, resolved, "model.").map_err(|e| e.in_file(path))?
     };
     let stats = store.finish()?;
     Ok((model, stats))
@@ -258,7 +258,7 @@ pub fn load_gguf_assistant<B: Backend>(
         let mut loader = ArrayLoader::new(backend, &mut store, options.dtype)
             .with_quantize(options.quantize)
             .with_stored_quant(options.stored_quant);
-        Gemma4Assistant::load(&mut loader, config, resolved, target)?
+        Gemma4Assistant::load(&mut loader, config, resolved, target).map_err(|e| e.in_file(path))?
     };
     store.finish()?;
     match centroids {

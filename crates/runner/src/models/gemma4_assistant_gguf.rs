@@ -49,8 +49,7 @@ const OTHER_SCHEMAS: [(&str, &str); 3] = [
 pub fn is_gguf_assistant(file: &GgufFile) -> bool {
     let arch = file.architecture().unwrap_or_default();
     GGUF_ASSISTANT_ARCHITECTURES.contains(&arch)
-        || arch == OTHER_SCHEMAS[0].0
-        || file.has(&format!("{arch}.assistant.type"))
+        || other_schema(file, arch).is_some()
         || file.has(&format!("{arch}.embedding_length_out"))
 }
 

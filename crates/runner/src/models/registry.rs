@@ -297,7 +297,8 @@ pub fn load_gguf_target<B: Backend>(
     };
     match family {
         Family::Gemma3 => gemma3::load_gguf(backend, file, options, progress)
-            .map(|(model, stats)| (LoadedTarget::Gemma3(model), text_report(stats))),
+            .map(|(model, stats)| (LoadedTarget::Gemma3(model), text_report(stats)))
+            .map_err(|e| e.in_file(file.path())),
         Family::Gemma4 => load_gguf_target_file(backend, file, options, progress)
             .map(|(model, stats)| (LoadedTarget::Gemma4(model), text_report(stats))),
     }
