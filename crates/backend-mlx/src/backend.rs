@@ -111,12 +111,6 @@ impl Backend for MlxBackend {
     /// wheel's reference BLAS). f32 also computes what HF's f32 references compute; `--dtype
     /// bf16` halves the memory when that matters more. Metal computes f16 and bf16 natively at
     /// half the memory traffic, as mlx-lm runs checkpoints (not measured here: no Mac).
-    /// No: MLX records every operation on a stream of the thread that built it and cannot
-    /// evaluate it on another ("There is no Stream(cpu, N) in current thread").
-    fn arrays_move_between_threads(&self) -> bool {
-        false
-    }
-
     fn preferred_dtype(&self, stored: DType) -> DType {
         match (self.device, stored) {
             (MlxDevice::Gpu, DType::F16 | DType::BF16) => stored,

@@ -675,15 +675,6 @@ pub trait Backend: Clone + std::fmt::Debug + 'static {
 
     // ------------------------------------------------------------------ hooks
 
-    /// Whether arrays (and the caches and models holding them) may be used from another thread
-    /// than the one that made them, one thread at a time. A continuous batch
-    /// ([`engine::batch`](crate::engine::batch)) runs each sequence on a thread of its own and
-    /// needs it. The default is yes; MLX binds every array to a stream of the thread that made
-    /// it, so it answers no.
-    fn arrays_move_between_threads(&self) -> bool {
-        true
-    }
-
     /// The compute dtype this backend runs best for weights stored as `stored` (what a loader's
     /// "auto" dtype picks). The default is `F32`, the fastest and most exact on CPUs; GPU backends
     /// keep half-precision weights in their own dtype.

@@ -64,17 +64,6 @@ pub enum CoreError {
     #[error(transparent)]
     Quant(#[from] crate::quant::QuantError),
 
-    /// Continuous batching on a backend whose arrays cannot move between threads.
-    #[error(
-        "continuous batching needs a backend whose arrays can be used from other threads; \
-         {backend}'s cannot (its arrays are bound to the thread that made them): serve one \
-         request at a time"
-    )]
-    BatchUnsupported {
-        /// The backend's name.
-        backend: String,
-    },
-
     // ----- caches -----
     /// A cache operation was called in the wrong state (e.g. commit without begin).
     #[error("cache: {0}")]

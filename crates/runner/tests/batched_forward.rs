@@ -233,15 +233,6 @@ fn batch_serve_equals_alone<B: Backend>(b: &B) {
         prefill_chunk: 5,
         policy: SpeculationPolicy::Always,
     };
-    if !b.arrays_move_between_threads() {
-        // MLX: refused with a clear error, nothing run.
-        let err = serve(&engine, &options, || None::<()>, |_, _| {}).expect_err("refused");
-        assert!(
-            err.to_string().contains("serve one request at a time"),
-            "{err}"
-        );
-        return;
-    }
     let report = serve(
         &engine,
         &options,

@@ -172,6 +172,8 @@ pub struct Engine<'m, B: Backend> {
     schedules: ScheduleMemory,
     /// Asked before each round whether to draft at all (a batch's policy); `None`: always.
     switch: Option<&'m dyn SpeculationSwitch>,
+    /// Prompt tokens per prefill forward.
+    prefill_chunk: usize,
 }
 
 /// Says, before each speculative round, whether the round may draft; a round that may not is a
@@ -234,6 +236,7 @@ impl<'m, B: Backend> Engine<'m, B> {
             overlap: EvalOverlap::default(),
             schedules: ScheduleMemory::new(),
             switch: None,
+            prefill_chunk: PREFILL_CHUNK,
         }
     }
 
@@ -299,6 +302,14 @@ impl<'m, B: Backend> Engine<'m, B> {
     /// Read `MTP_*` settings through `env` instead of the process environment (tests, servers).
     pub fn with_env(mut self, env: EnvLookup) -> Self {
         self.env = env;
+        self
+    }
+
+    /// Forward a prompt `tokens` at a time ([`PREFILL_CHUNK`] by default; at least 1),
+    /// checking for cancellation between chunks. A continuous batch sets its own chunk, so a
+    /// joining prompt shares each pass with the running sequences.
+    pub fn with_prefill_chunk(mut self, tokens: usize) -> Self {
+        self.prefill_chunk = tokens.max(1);
         self
     }
 
@@ -410,6 +421,7 @@ impl<'m, B: Backend> Engine<'m, B> {
         let mode = self.mode_for(request, &options);
         let mut session =
             session::Session::new(self.backend, self.target, caches, request, sink, cancel)?;
+        session.prefill_chunk = self.prefill_chunk;
         match mode {
             DecodeMode::GreedyMtp | DecodeMode::SampledMtp if !self.proposers.is_empty() => {
                 let chains: Vec<MtpChain<&dyn MtpDrafter<B>>> = self

@@ -45,6 +45,8 @@ pub(super) struct Session<'s, B: Backend> {
     pub position: usize,
     /// Prompt positions the caches held already (prefix reuse): prefill starts after them.
     cached: usize,
+    /// Prompt tokens per prefill forward ([`PREFILL_CHUNK`] unless the engine says otherwise).
+    pub prefill_chunk: usize,
     /// The newest token, not yet in the caches: emitted, or (between a verdict and its
     /// emission) about to be.
     pub current: u32,
@@ -108,6 +110,7 @@ impl<'s, B: Backend> Session<'s, B> {
             num_predict: request.num_predict,
             position: cached,
             cached,
+            prefill_chunk: PREFILL_CHUNK,
             current: 0,
             hidden: None,
             done: None,
@@ -375,7 +378,8 @@ impl<'s, B: Backend> Session<'s, B> {
 
     /// Evaluate the prompt, choose and emit the first token.
     ///
-    /// The prompt goes through the target [`PREFILL_CHUNK`] tokens at a time, so one forward's
+    /// The prompt goes through the target `prefill_chunk` tokens at a time ([`PREFILL_CHUNK`]
+    /// by default), so one forward's
     /// attention scores span at most `PREFILL_CHUNK × context` (memory linear in the prompt,
     /// not quadratic), and cancellation is checked between chunks: a cancelled request stops
     /// within one chunk, its caches holding the chunks evaluated.
@@ -390,7 +394,7 @@ impl<'s, B: Backend> Session<'s, B> {
             if start > self.cached && self.cancelled() {
                 return Ok(());
             }
-            let end = (start + PREFILL_CHUNK).min(self.prompt.len());
+            let end = (start + self.prefill_chunk.max(1)).min(self.prompt.len());
             let ids = self.ids(&self.prompt[start..end])?;
             let out = self.forward_live(&ids)?;
             if end < self.prompt.len() {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use mtp_core::constraint::ConstraintSource;
-use mtp_core::engine::batch::{self, BatchOptions};
+use mtp_core::engine::batch::{self, BatchOptions, JobSource, JobWait, NextJob};
 use mtp_core::engine::{DoneReason, Engine, PrefixCache, PrefixReuse, ScoredSink, SinkFlow};
 use mtp_core::sampling::TokenLogprobs;
 use mtp_core::Backend;
@@ -272,24 +272,13 @@ fn run_worker<B: Backend>(
     let engine = pipeline
         .engine()
         .with_env(Arc::new(move |k: &str| env.get(k).cloned()));
-    let mut next = move || {
-        let queued = jobs.blocking_recv()?;
-        let left = waiting.fetch_sub(1, Ordering::SeqCst).saturating_sub(1);
-        metrics::queue_depth(left);
-        Some(queued)
+    let mut queue = JobQueue {
+        jobs: &mut jobs,
+        waiting,
     };
-    let batched = batch.max_batch > 1 && pipeline.backend().arrays_move_between_threads();
-    if batch.max_batch > 1 && !batched {
-        tracing::warn!(
-            backend = %pipeline.backend().name(),
-            "--parallel {}: this backend's arrays are bound to the thread that made them, so \
-             requests are served one at a time",
-            batch.max_batch
-        );
-    }
-    if !batched {
+    if batch.max_batch <= 1 {
         let mut held = PrefixCache::new();
-        while let Some(queued) = next() {
+        while let NextJob::Job(queued) = queue.next_job(JobWait::Block) {
             if prefix_reuse == PrefixReuse::Off {
                 held.clear();
             }
@@ -299,7 +288,7 @@ fn run_worker<B: Backend>(
         return;
     }
     let pool = CachePool::new(batch.max_batch);
-    let served = batch::serve(&engine, &batch, next, |engine, queued: Queued| {
+    let served = batch::serve(&engine, &batch, queue, |engine, queued: Queued| {
         let mut held = match prefix_reuse {
             PrefixReuse::On => pool.take(&queued.job.request.prompt),
             PrefixReuse::Off => PrefixCache::new(),
@@ -318,6 +307,35 @@ fn run_worker<B: Backend>(
             "the batch ended"
         ),
         Err(e) => tracing::error!("the batch could not run: {e}"),
+    }
+}
+
+/// The worker's queue as a batch's job source: between passes it answers at once (running
+/// streams keep flowing), and with nothing running it waits for the next request.
+struct JobQueue<'w> {
+    jobs: &'w mut mpsc::Receiver<Queued>,
+    waiting: &'w AtomicUsize,
+}
+
+impl JobSource<Queued> for JobQueue<'_> {
+    fn next_job(&mut self, wait: JobWait) -> NextJob<Queued> {
+        let queued = match wait {
+            JobWait::Block => match self.jobs.blocking_recv() {
+                Some(queued) => queued,
+                None => return NextJob::Ended,
+            },
+            JobWait::Poll => match self.jobs.try_recv() {
+                Ok(queued) => queued,
+                Err(mpsc::error::TryRecvError::Empty) => return NextJob::NotYet,
+                Err(mpsc::error::TryRecvError::Disconnected) => return NextJob::Ended,
+            },
+        };
+        let left = self
+            .waiting
+            .fetch_sub(1, Ordering::SeqCst)
+            .saturating_sub(1);
+        metrics::queue_depth(left);
+        NextJob::Job(queued)
     }
 }
 

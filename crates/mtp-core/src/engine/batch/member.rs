@@ -1,32 +1,47 @@
-//! The target a batch member's engine sees: every forward and unembedding joins the batch.
+//! The target a batch member's engine sees: every forward and unembedding becomes work for the
+//! scheduler's next batched pass.
 
 use std::cell::Cell;
 
-use super::gate::{Done, Gate, Work};
+use super::pass::{Done, Work};
+use super::scheduler::{Parked, PlaceYielder, Resume, Shared};
 use crate::cache::CacheSet;
 use crate::engine::SpeculationSwitch;
 use crate::model::{TargetModel, TargetOutput};
 use crate::options::MtpDefaults;
 use crate::{Backend, CoreError};
 
-/// A member's view of the batch's target: the same model, with [`forward`](TargetModel::forward)
-/// and [`unembed`](TargetModel::unembed) parked at the gate and run together with the other
-/// members' (everything else is called directly: it is per sequence and cheap). Forwards longer
-/// than the prefill chunk go in chunks, one per batched pass, so a new sequence's prompt does
-/// not stall the running ones.
-pub(super) struct GatedTarget<'g, 't, B: Backend> {
-    gate: &'g Gate<'t, B>,
+/// A member's view of the batch's target: the same model, with
+/// [`forward`](TargetModel::forward) and [`unembed`](TargetModel::unembed) suspending the
+/// member's coroutine with the work, to be resumed with the result once the scheduler's
+/// batched pass has run it with the other members' (everything else is called directly: it is
+/// per sequence and cheap). A forward longer than the prefill chunk goes in chunks, one per
+/// pass (the engine's own prefill already sends chunks of that size; this bounds any other).
+pub(super) struct GatedTarget<'y, J, B: Backend> {
+    yielder: &'y PlaceYielder<J, B>,
+    target: &'y dyn TargetModel<B>,
+    shared: &'y Shared,
     prefill_chunk: usize,
     /// The start of this member's previous forward (for the policy's committed-token count).
     last_start: Cell<Option<usize>>,
+    /// Whether the member has asked for logits yet: its forwards before that are its prompt's.
+    decoding: Cell<bool>,
 }
 
-impl<'g, 't, B: Backend> GatedTarget<'g, 't, B> {
-    pub fn new(gate: &'g Gate<'t, B>, prefill_chunk: usize) -> Self {
+impl<'y, J, B: Backend> GatedTarget<'y, J, B> {
+    pub fn new(
+        yielder: &'y PlaceYielder<J, B>,
+        target: &'y dyn TargetModel<B>,
+        shared: &'y Shared,
+        prefill_chunk: usize,
+    ) -> Self {
         Self {
-            gate,
+            yielder,
+            target,
+            shared,
             prefill_chunk: prefill_chunk.max(1),
             last_start: Cell::new(None),
+            decoding: Cell::new(false),
         }
     }
 
@@ -38,10 +53,24 @@ impl<'g, 't, B: Backend> GatedTarget<'g, 't, B> {
             None => self.last_start.set(Some((start + t).saturating_sub(1))),
             Some(last) => {
                 if start > last {
-                    self.gate.committed(start - last);
+                    self.shared.committed(start - last);
                 }
                 self.last_start.set(Some(start));
             }
+        }
+        if self.decoding.get() {
+            self.shared.decode_forward(t);
+        }
+    }
+
+    /// Suspend with `work` until the pass that serves it.
+    fn park(&self, work: Work<B>) -> Done<B> {
+        match self.yielder.suspend(Parked::Work(work)) {
+            Resume::Done(done) => done,
+            Resume::Job(_) | Resume::Stop => Done::Unembed(Err(CoreError::Model(
+                "a batch member was resumed without its work's result".into(),
+            )
+            .into())),
         }
     }
 
@@ -57,7 +86,7 @@ impl<'g, 't, B: Backend> GatedTarget<'g, 't, B> {
             start,
             caches: owned,
         };
-        match self.gate.park(work) {
+        match self.park(work) {
             Done::Forward {
                 caches: back,
                 output,
@@ -75,23 +104,23 @@ impl<'g, 't, B: Backend> GatedTarget<'g, 't, B> {
     }
 }
 
-impl<B: Backend> SpeculationSwitch for GatedTarget<'_, '_, B> {
+impl<J, B: Backend> SpeculationSwitch for GatedTarget<'_, J, B> {
     fn speculate(&self) -> bool {
-        self.gate.speculate()
+        self.shared.speculate()
     }
 }
 
-impl<B: Backend> TargetModel<B> for GatedTarget<'_, '_, B> {
+impl<J, B: Backend> TargetModel<B> for GatedTarget<'_, J, B> {
     fn vocab_size(&self) -> usize {
-        self.gate.target().vocab_size()
+        self.target.vocab_size()
     }
 
     fn max_context(&self) -> usize {
-        self.gate.target().max_context()
+        self.target.max_context()
     }
 
     fn new_caches(&self, backend: &B) -> Result<CacheSet<B>, B::Error> {
-        self.gate.target().new_caches(backend)
+        self.target.new_caches(backend)
     }
 
     fn forward(
@@ -128,7 +157,8 @@ impl<B: Backend> TargetModel<B> for GatedTarget<'_, '_, B> {
     }
 
     fn unembed(&self, _backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
-        match self.gate.park(Work::Unembed {
+        self.decoding.set(true);
+        match self.park(Work::Unembed {
             hidden: hidden.clone(),
         }) {
             Done::Unembed(logits) => logits,
@@ -140,10 +170,10 @@ impl<B: Backend> TargetModel<B> for GatedTarget<'_, '_, B> {
     }
 
     fn token_embeddings(&self, backend: &B, ids: &B::Array) -> Result<B::Array, B::Error> {
-        self.gate.target().token_embeddings(backend, ids)
+        self.target.token_embeddings(backend, ids)
     }
 
     fn mtp_defaults(&self) -> MtpDefaults {
-        self.gate.target().mtp_defaults()
+        self.target.mtp_defaults()
     }
 }

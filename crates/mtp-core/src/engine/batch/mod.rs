@@ -5,41 +5,73 @@
 //!
 //! Each sequence runs the ordinary [`Engine`] — its own caches, sampler, seed, acceptance rule,
 //! proposers and draft schedule, so everything proven of one generation holds for each — but
-//! its target is a member of the batch: a forward or an unembedding parks at a gate, and when
-//! every member has parked, one [`TargetModel::forward_batch`](crate::model::TargetModel::forward_batch) runs all the forwards (ragged:
-//! each with its own tokens, positions and caches, so a sequence drafting `k` tokens rides
-//! beside one taking a plain step) and one [`TargetModel::unembed_batch`](crate::model::TargetModel::unembed_batch) all the
-//! unembeddings; each member then judges its own rows and commits its own accepted prefix in
-//! its own caches' speculation transaction. Members run one at a time (the gate's baton; see
-//! `gate.rs`), so no backend needs to be thread-safe.
+//! as a *member* of the batch: a stackful coroutine on the one thread that called [`serve`] (the
+//! thread that owns the backend and the models). Its target forwards and unembeddings suspend
+//! the coroutine with the work; a scheduler loop resumes every member until each has parked its
+//! work (or ended), runs all of it as one ragged [`TargetModel::forward_batch`](crate::model::TargetModel::forward_batch)
+//! (each sequence with its own tokens, positions and caches, so a sequence drafting `k` tokens
+//! rides beside one taking a plain step) and one [`TargetModel::unembed_batch`](crate::model::TargetModel::unembed_batch),
+//! and resumes each member with its result; each then judges its own rows and commits its own
+//! accepted prefix in its own caches' speculation transaction. No thread per request, no value
+//! crossing threads: every backend batches, those whose arrays or contexts are bound to one
+//! thread (MLX, CUDA) included, and nothing here is `unsafe`.
+//!
+//! # Why coroutines
+//!
+//! The engine's decode loops (plain, speculative, constrained, sampled and greedy, with
+//! their proposers and schedules) are written once, synchronously, per sequence. The
+//! alternatives for sharing a pass between sequences were:
+//!
+//! * a thread per sequence meeting at a gate (what this module did before): the same per-sequence
+//!   code, but a context switch per member per pass (two clients ran at about half the rate of
+//!   one at a time), `unsafe impl Send` over backend values that are not `Send`, and no MLX or
+//!   CUDA, whose state is bound to a thread;
+//! * `async` model calls driven by a small executor (vLLM-style per-sequence state, mistral.rs):
+//!   one thread and no `unsafe`, but every model, proposer and engine function on the decode
+//!   path becomes `async`, so the engine is written twice (the solo path stays synchronous) or
+//!   every caller pays for an executor;
+//! * explicit plan → forward → commit steps (llama.cpp's server): the decode loops re-written as
+//!   state machines, which is where speculative decoding's exactness bugs live.
+//!
+//! A stackful coroutine ([`corosensei`]) keeps the engine synchronous and written once and gives
+//! the executor's single thread: a member suspends inside its target call exactly where a thread
+//! would have blocked. The cost is a stack per place (reserved address space, committed as
+//! touched) and a switch of a few nanoseconds per suspension.
 //!
 //! # Scheduling
 //!
-//! [`serve`] admits jobs while fewer than [`BatchOptions::max_batch`] run; a job joins between
-//! passes (its prompt is forwarded in chunks of at most [`BatchOptions::prefill_chunk`] tokens,
-//! one chunk per pass, so running streams keep flowing) and leaves when it ends. Every pass
-//! serves every member, so no stream starves.
+//! [`serve`] keeps [`BatchOptions::max_batch`] places. A free place takes the next job from the
+//! [`JobSource`] between passes (blocking only when nothing runs), so a job joins at the next
+//! pass and leaves when it ends. A joining prompt is forwarded in chunks of at most
+//! [`BatchOptions::prefill_chunk`] tokens, one chunk per pass, with cancellation checked between
+//! chunks, so running streams wait at most one chunk for it. Every pass serves every member, so
+//! no stream starves.
 //!
 //! # Speculation
 //!
-//! With [`SpeculationPolicy::Measured`] (the default) the batch measures, per batch size,
-//! committed tokens per second with speculation on and off and runs the better (see `policy.rs`);
-//! a member's round that may not draft is a plain step. Each member's evaluation overlap is off
-//! (its rounds wait for the batch anyway).
+//! With [`SpeculationPolicy::Measured`] (the default) the batch fits a cost model of its own
+//! rounds — the target's time per round as a function of sequences and rows, and per sequence
+//! the tokens, rows and own time of a round with and without drafting — and runs, at each batch
+//! size, the mode it predicts faster (see `policy.rs`); a member's round that may not draft is a
+//! plain step. Each member's evaluation overlap is off (its rounds wait for the batch anyway).
 
-mod gate;
 mod member;
+mod pass;
 mod policy;
+mod scheduler;
+mod slots;
+mod source;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-pub use gate::GateCounts;
 pub use policy::{SizeReport, SpeculationPolicy, EXPLORE_FAR_SHARE, EXPLORE_SHARE, WINDOW_FIRINGS};
+pub use scheduler::PassCounts;
+pub use source::{JobSource, JobWait, NextJob};
 
 use super::{Engine, EvalOverlap};
 use crate::{Backend, CoreError};
-use gate::Gate;
 use member::GatedTarget;
+use scheduler::{Parked, PlaceYielder, Resume, Shared};
 
 /// The largest batch [`serve`] accepts.
 pub const MAX_BATCH_LIMIT: usize = 256;
@@ -90,8 +122,8 @@ impl BatchOptions {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct BatchReport {
     /// Its batched target calls.
-    pub counts: GateCounts,
-    /// What the speculation policy measured, per batch size.
+    pub counts: PassCounts,
+    /// What the speculation policy measured and predicts, per batch size.
     pub sizes: Vec<SizeReport>,
     /// Jobs that panicked (each was ended; the others ran on).
     pub panicked: usize,
@@ -115,128 +147,85 @@ impl PolicyMemory {
     }
 }
 
-/// A value moved to a member's thread: references to the engine, the gate and `run`, whose
-/// backend values need not be thread-safe.
-struct Handoff<T>(T);
-
-// SAFETY: members run one at a time (the gate's baton, handed over through its mutex; see
-// `gate.rs`), so what a handoff reaches is used by one thread at a time, each use ordered after
-// the last; the thread that called `serve` is blocked in it meanwhile and runs only `next`,
-// which is `Send` and so touches nothing that is not thread-safe.
-#[allow(unsafe_code)]
-unsafe impl<T> Send for Handoff<T> {}
-
-impl<T> Handoff<T> {
-    /// Unwrap (a method, so a closure captures the whole wrapper, not its field).
-    fn into_inner(self) -> T {
-        self.0
-    }
-}
-
-/// Leaves the batch when the member's thread ends, however it ends.
-struct Membership<'g, 't, B: Backend>(&'g Gate<'t, B>);
-
-impl<B: Backend> Drop for Membership<'_, '_, B> {
-    fn drop(&mut self) {
-        self.0.leave();
-    }
-}
-
-/// Run the jobs `next` yields as one continuous batch over `engine`'s target and proposers,
+/// Run the jobs of `source` as one continuous batch over `engine`'s target and proposers,
 /// calling `run` on each with an engine whose target is a member of the batch (`run` generates
-/// with it as with any engine, e.g. [`Engine::generate`]). Returns when `next` yields `None`
-/// and every job has ended.
+/// with it as with any engine, e.g. [`Engine::generate`]). Returns when the source has ended
+/// and every job with it.
 ///
-/// Backends whose arrays cannot move between threads (MLX) are refused
-/// ([`CoreError::BatchUnsupported`]).
-///
-/// `next` is called on the caller's thread while members run (it may block waiting for work; it
-/// is `Send`, so it shares nothing unsynchronised with the members). `run` is called on a thread per job, one job running at a
-/// time; a job that panics is ended and counted in [`BatchReport::panicked`].
-pub fn serve<B, J, N, R>(
+/// Everything runs on the calling thread: `run` for each job inside its own coroutine (see the
+/// module docs), the source between passes. A job that panics is ended and counted in
+/// [`BatchReport::panicked`]; the others run on.
+pub fn serve<B, J, S, R>(
     engine: &Engine<'_, B>,
     options: &BatchOptions,
-    next: N,
+    source: S,
     run: R,
 ) -> Result<BatchReport, CoreError>
 where
     B: Backend,
-    J: Send,
-    N: FnMut() -> Option<J> + Send,
+    S: JobSource<J>,
     R: Fn(&Engine<'_, B>, J),
 {
     let mut memory = PolicyMemory::new(options.policy);
-    serve_with_memory(engine, options, &mut memory, next, run)
+    serve_with_memory(engine, options, &mut memory, source, run)
 }
 
 /// [`serve`] with the speculation policy's state taken from `memory` and left there when the
 /// batch ends (its policy is `memory`'s; `options.policy` is not used).
-pub fn serve_with_memory<B, J, N, R>(
+pub fn serve_with_memory<B, J, S, R>(
     engine: &Engine<'_, B>,
     options: &BatchOptions,
     memory: &mut PolicyMemory,
-    mut next: N,
+    mut source: S,
     run: R,
 ) -> Result<BatchReport, CoreError>
 where
     B: Backend,
-    J: Send,
-    N: FnMut() -> Option<J> + Send,
+    S: JobSource<J>,
     R: Fn(&Engine<'_, B>, J),
 {
     options.validate()?;
-    if !engine.backend.arrays_move_between_threads() {
-        return Err(CoreError::BatchUnsupported {
-            backend: engine.backend.name(),
-        });
-    }
-    let mut policy = memory.0.clone();
-    // The time since the last batch ended is idle, not a pass's interval.
-    policy.idle();
-    let gate = Gate::new(engine.backend, engine.target, policy);
-    let panicked = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|scope| -> Result<(), CoreError> {
+    let shared = Shared::default();
+    let chunk = options.prefill_chunk;
+    let body = |yielder: &PlaceYielder<J, B>, first: Resume<J, B>| {
+        let mut input = first;
         loop {
-            gate.wait_for_room(options.max_batch);
-            let Some(job) = next() else {
-                break;
-            };
-            gate.join();
-            let handoff = Handoff((engine, &gate, &run, &panicked));
-            let spawned = std::thread::Builder::new()
-                .name("mtp-batch-member".into())
-                .spawn_scoped(scope, move || {
-                    let (engine, gate, run, panicked) = handoff.into_inner();
-                    gate.enter();
-                    let _member = Membership(gate);
-                    let target = GatedTarget::new(gate, options.prefill_chunk);
-                    let engine = engine
+            match input {
+                Resume::Job(job) => {
+                    let target = GatedTarget::new(yielder, engine.target, &shared, chunk);
+                    let member = engine
                         .clone()
                         .with_target(&target)
                         .with_switch(&target)
-                        .with_overlap(EvalOverlap::Never);
-                    if catch_unwind(AssertUnwindSafe(|| run(&engine, job))).is_err() {
+                        .with_overlap(EvalOverlap::Never)
+                        .with_prefill_chunk(chunk);
+                    if catch_unwind(AssertUnwindSafe(|| run(&member, job))).is_err() {
                         tracing::error!("a batched generation panicked; it was ended");
-                        panicked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        shared.panicked();
                     }
-                });
-            if let Err(e) = spawned {
-                // The member never started: take its place back.
-                gate.enter();
-                gate.leave();
-                return Err(CoreError::Model(format!(
-                    "could not start a batch member thread: {e}"
-                )));
+                }
+                Resume::Stop => return,
+                Resume::Done(_) => {
+                    tracing::error!("a free batch place was resumed with a result; ignored");
+                }
             }
+            input = yielder.suspend(Parked::Free);
         }
-        gate.wait_until_empty();
-        Ok(())
-    })?;
-    let (counts, sizes) = gate.report();
-    memory.0 = gate.into_policy();
+    };
+    let policy = &mut memory.0;
+    let counts = slots::with_places(options.max_batch, &body, |places| {
+        scheduler::drive(
+            places,
+            &mut source,
+            (engine.backend, engine.target),
+            &shared,
+            policy,
+        )
+    })
+    .map_err(|e| CoreError::Model(format!("could not reserve the batch's stacks: {e}")))?;
     Ok(BatchReport {
         counts,
-        sizes,
-        panicked: panicked.into_inner(),
+        sizes: memory.0.report(),
+        panicked: shared.panics(),
     })
 }

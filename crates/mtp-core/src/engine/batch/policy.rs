@@ -1,40 +1,61 @@
-//! Whether speculation pays at the current batch size, learned from the batch's own throughput.
+//! Whether speculation pays at the current batch size, from a cost model fitted to the batch's
+//! own rounds.
 //!
-//! Speculation trades extra verify rows for fewer target passes. Alone on a machine that wins
-//! when a verify of `k + 1` rows costs little more than one row; in a batch, every sequence's
-//! rows already share one pass, so the spare capacity speculation lives on shrinks as the batch
-//! grows (mlx-vlm reports batched MTP from 1.38x down to 0.61x as the batch grows). Rather than
-//! a cost model, the policy measures: for each batch size it runs windows of
-//! [`WINDOW_FIRINGS`] batched passes with speculation on and off, keeps a running rate
-//! (committed tokens per second) for each, and then runs the better one, giving the other
-//! [`EXPLORE_SHARE`] of the time while the two are close and [`EXPLORE_FAR_SHARE`] when it is
-//! far behind (a re-try of a much worse choice costs more), so a change in the load (prompt
-//! kinds, depths) is noticed while re-tries cost at most a few percent.
+//! Speculation trades extra verify rows for fewer rounds. Alone on a machine that wins when a
+//! verify of `k + 1` rows costs little more than one row; in a batch every sequence's rows
+//! already share one pass, so the spare capacity speculation lives on shrinks as the batch grows
+//! (mlx-vlm reports batched MTP from 1.38x down to 0.61x as the batch grows). The policy models a
+//! round of `n` sequences (Leviathan et al. 2023, §3.4, with the verify cost measured rather than
+//! assumed constant):
+//!
+//! ```text
+//! rate(n, mode) = n · y / (T(n, n · r) + n · h)
+//! ```
+//!
+//! * `T(n, rows)`, the target's time in a round (its batched forward and unembedding), fitted
+//!   by least squares as `a + b·n + c·rows` over every round of either mode (forgetting old
+//!   rounds slowly), so a batch size never run with speculation is still predicted;
+//! * `y` and `r`, the tokens committed and rows forwarded per sequence per round in that mode
+//!   (plain: 1 and 1; speculating: what the proposers' acceptance gives), and `h`, the
+//!   sequence's own time per round (sampling, and drafting when speculating) — per sequence,
+//!   so measured at any size they hold at every size.
+//!
+//! Each batch size runs windows of [`WINDOW_FIRINGS`] rounds in one mode, and at a window's end
+//! picks the mode the model predicts faster, giving the other a window when that keeps its share
+//! of the time within [`EXPLORE_SHARE`] (the two predictions close) or [`EXPLORE_FAR_SHARE`]
+//! (far apart), so a change in the load (prompt kinds, acceptance) still reaches the model. A
+//! mode never measured is tried first (speculation before plain); until the fit has rounds of
+//! both modes, each size compares its own measured rates.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use serde::Serialize;
 
-/// Batched forwards per measurement window.
+/// Rounds per measurement window.
 pub const WINDOW_FIRINGS: usize = 24;
-/// The share of a batch size's time the worse choice gets (re-tries), while the two are close
-/// (the worse within 85 % of the better): a re-try then costs little and may well change
-/// the choice.
+/// The share of the time the worse choice gets (re-tries) while the two are close (the worse
+/// within 85 % of the better): a re-try then costs little and may well change the choice.
 pub const EXPLORE_SHARE: f64 = 0.10;
 /// The same when the worse choice is far behind: a re-try then costs more and is less likely
 /// to change the choice.
 pub const EXPLORE_FAR_SHARE: f64 = 0.02;
 /// Rates within this ratio count as close.
 const CLOSE: f64 = 0.85;
-/// Weight of the newest window in a running rate.
+/// Weight of the newest window in a running mean.
 const RATE_WEIGHT: f64 = 0.5;
+/// Each round's weight in the target-cost fit decays by this factor per later round (a memory
+/// of about a thousand rounds).
+const FIT_FORGET: f64 = 0.999;
+/// Ridge on the fit's per-sequence and per-row slopes, relative to their scale: it only
+/// decides how a cost is split between them while every round has as many rows as sequences.
+const FIT_RIDGE: f64 = 1e-6;
 
 /// How a batch decides whether its sequences draft.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SpeculationPolicy {
-    /// Measure both at each batch size and run the better (see the module docs).
+    /// Predict both at each batch size from the cost model and run the better (see the module
+    /// docs).
     #[default]
     Measured,
     /// Every round may draft (each sequence's own schedule decides how deep).
@@ -48,161 +69,202 @@ pub enum SpeculationPolicy {
 pub struct SizeReport {
     /// Sequences in the batch.
     pub batch: usize,
-    /// Committed tokens per second with speculation on (running rate), if measured.
+    /// Committed tokens per second measured with speculation on (running rate), if measured.
     pub speculate_rate: Option<f64>,
     /// The same with speculation off.
     pub plain_rate: Option<f64>,
+    /// The cost model's rate with speculation on at this size.
+    pub predicted_speculate_rate: Option<f64>,
+    /// The cost model's rate with speculation off at this size.
+    pub predicted_plain_rate: Option<f64>,
     /// Windows run with speculation on.
     pub speculate_windows: usize,
     /// Windows run with it off.
     pub plain_windows: usize,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Rate {
-    value: Option<f64>,
-    windows: usize,
+/// One round of a batch as the scheduler saw it: from the end of one batched forward to the
+/// end of the next.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct Round {
+    /// Sequences in the round's forward.
+    pub batch: usize,
+    /// Rows that forward ran (every sequence's tokens, prompt chunks included).
+    pub rows: usize,
+    /// Whether the round's sequences could draft.
+    pub speculative: bool,
+    /// Seconds in batched target calls (the forward, and any unembedding since the last round).
+    pub target_secs: f64,
+    /// Seconds the sequences ran their own code (sampling, judging, drafting).
+    pub member_secs: f64,
+    /// Tokens the sequences committed.
+    pub tokens: usize,
+    /// Decoding forwards among the round's (prompt chunks are not), and their rows.
+    pub decode_forwards: usize,
+    pub decode_rows: usize,
 }
 
-impl Rate {
-    fn observe(&mut self, rate: f64) {
-        self.value = Some(match self.value {
-            Some(old) => old + RATE_WEIGHT * (rate - old),
-            None => rate,
+/// A running mean that weights the newest value by [`RATE_WEIGHT`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Running(Option<f64>);
+
+impl Running {
+    fn observe(&mut self, value: f64) {
+        self.0 = Some(match self.0 {
+            Some(old) => old + RATE_WEIGHT * (value - old),
+            None => value,
         });
-        self.windows += 1;
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct SizeStats {
-    speculate: Rate,
-    plain: Rate,
-    /// Time spent in finished windows with speculation on, and off.
-    speculate_secs: f64,
-    plain_secs: f64,
-    /// The choice of the window being measured.
-    current: bool,
-    /// The window so far: batched forwards at this size, the tokens committed before them and
-    /// the time since the forward before each.
-    firings: usize,
-    tokens: usize,
+/// `secs ≈ a + b·n + c·rows` by weighted least squares with forgetting.
+#[derive(Debug, Clone, Copy, Default)]
+struct TargetFit {
+    xtx: [[f64; 3]; 3],
+    xty: [f64; 3],
+    rounds: usize,
+    /// Whether rounds with more rows than sequences were seen (the slopes are then separable).
+    rows_vary: bool,
+}
+
+impl TargetFit {
+    fn add(&mut self, n: f64, rows: f64, secs: f64) {
+        let x = [1.0, n, rows];
+        for i in 0..3 {
+            self.xty[i] = self.xty[i] * FIT_FORGET + x[i] * secs;
+            for j in 0..3 {
+                self.xtx[i][j] = self.xtx[i][j] * FIT_FORGET + x[i] * x[j];
+            }
+        }
+        self.rounds += 1;
+        self.rows_vary |= rows > n;
+    }
+
+    /// `(a, b, c)`, once two batch sizes or row counts have been seen.
+    fn coefficients(&self) -> Option<[f64; 3]> {
+        if self.rounds < 3 {
+            return None;
+        }
+        let mut m = self.xtx;
+        let ridge = FIT_RIDGE * (m[1][1] + m[2][2]) / 2.0;
+        m[1][1] += ridge;
+        m[2][2] += ridge;
+        solve3(m, self.xty)
+    }
+
+    fn predict(&self, n: f64, rows: f64) -> Option<f64> {
+        let [a, b, c] = self.coefficients()?;
+        Some((a + b * n + c * rows).max(1e-9))
+    }
+}
+
+/// Solve `m · x = v` (Gaussian elimination with partial pivoting); `None` when singular.
+fn solve3(mut m: [[f64; 3]; 3], mut v: [f64; 3]) -> Option<[f64; 3]> {
+    let scale = m.iter().flatten().fold(0.0f64, |s, x| s.max(x.abs()));
+    for col in 0..3 {
+        let pivot = (col..3).max_by(|&i, &j| m[i][col].abs().total_cmp(&m[j][col].abs()))?;
+        if m[pivot][col].abs() <= 1e-12 * scale.max(1e-300) {
+            return None;
+        }
+        m.swap(col, pivot);
+        v.swap(col, pivot);
+        let pivot_row = m[col];
+        for row in col + 1..3 {
+            let f = m[row][col] / pivot_row[col];
+            for (value, above) in m[row].iter_mut().zip(pivot_row).skip(col) {
+                *value -= f * above;
+            }
+            v[row] -= f * v[col];
+        }
+    }
+    let mut x = [0.0; 3];
+    for row in (0..3).rev() {
+        let tail: f64 = (row + 1..3).map(|k| m[row][k] * x[k]).sum();
+        x[row] = (v[row] - tail) / m[row][row];
+    }
+    x.iter().all(|c| c.is_finite()).then_some(x)
+}
+
+/// What one mode does per sequence per round, at any batch size.
+#[derive(Debug, Clone, Copy, Default)]
+struct ModeStats {
+    /// The sequence's own seconds per round (`h`).
+    member_secs: Running,
+    /// Tokens committed per decoding forward (`y`).
+    tokens: Running,
+    /// Rows per decoding forward (`r`).
+    rows: Running,
+    /// Seconds of finished windows in this mode (every size).
     secs: f64,
 }
 
-impl Default for SizeStats {
-    fn default() -> Self {
-        Self {
-            speculate: Rate::default(),
-            plain: Rate::default(),
-            speculate_secs: 0.0,
-            plain_secs: 0.0,
-            // An untried size speculates first.
-            current: true,
-            firings: 0,
-            tokens: 0,
-            secs: 0.0,
-        }
+impl ModeStats {
+    fn measured(&self) -> bool {
+        self.tokens.0.is_some()
     }
 }
 
-/// Rates (speculation on, off) measured at some other batch size: what a size that lacks a
-/// measurement assumes in the meantime (their ratio).
-type Prior = Option<(f64, f64)>;
+/// A window in progress at one size.
+#[derive(Debug, Clone, Copy, Default)]
+struct Window {
+    rounds: usize,
+    sequences: usize,
+    tokens: usize,
+    target_secs: f64,
+    member_secs: f64,
+    decode_forwards: usize,
+    decode_rows: usize,
+}
 
-impl SizeStats {
-    /// A size seen for the first time: it starts with what `prior` (the nearest measured size)
-    /// says is better, or, with nothing measured anywhere yet, with speculation.
-    fn new(prior: Prior) -> Self {
-        Self {
-            current: prior.is_none_or(|(on, off)| on >= off),
-            ..Self::default()
-        }
+impl Window {
+    fn add(&mut self, r: &Round) {
+        self.rounds += 1;
+        self.sequences += r.batch;
+        self.tokens += r.tokens;
+        self.target_secs += r.target_secs;
+        self.member_secs += r.member_secs;
+        self.decode_forwards += r.decode_forwards;
+        self.decode_rows += r.decode_rows;
     }
 
-    /// Count one pass at this size; at a window's end, record its rate and choose again.
-    fn observe(&mut self, tokens: usize, secs: f64, prior: Prior) {
-        self.firings += 1;
-        self.tokens += tokens;
-        self.secs += secs;
-        if self.firings < WINDOW_FIRINGS {
-            return;
-        }
-        let window = self.secs;
-        if window > 0.0 {
-            let rate = self.tokens as f64 / window;
-            match self.current {
-                true => {
-                    self.speculate.observe(rate);
-                    self.speculate_secs += window;
-                }
-                false => {
-                    self.plain.observe(rate);
-                    self.plain_secs += window;
-                }
-            }
-        }
-        self.current = self.next_choice(prior, window);
-        (self.firings, self.tokens, self.secs) = (0, 0, 0.0);
-    }
-
-    /// The choice for the next window at this size (`window`: how long the last one took).
-    /// The better measured choice runs; the worse gets a window when that keeps its time within
-    /// its share ([`EXPLORE_SHARE`] while close, [`EXPLORE_FAR_SHARE`] when far behind; time,
-    /// not windows, since a window of the slower choice lasts longer). A choice not measured
-    /// at this size yet is judged by `prior`'s ratio, or, without one, tried next.
-    fn next_choice(&self, prior: Prior, window: f64) -> bool {
-        let (on, off) = match (self.speculate.value, self.plain.value, prior) {
-            (Some(on), Some(off), _) => (on, off),
-            (Some(on), None, Some((p_on, p_off))) => (on, on * p_off / p_on.max(1e-12)),
-            (None, Some(off), Some((p_on, p_off))) => (off * p_on / p_off.max(1e-12), off),
-            (Some(_), None, None) => return false,
-            (None, Some(_), None) => return true,
-            (None, None, p) => return p.is_none_or(|(on, off)| on >= off),
-        };
-        let better = on >= off;
-        let share = if on.min(off) >= CLOSE * on.max(off) {
-            EXPLORE_SHARE
-        } else {
-            EXPLORE_FAR_SHARE
-        };
-        let worse_secs = if better {
-            self.plain_secs
-        } else {
-            self.speculate_secs
-        };
-        let total = self.speculate_secs + self.plain_secs;
-        if worse_secs + window <= share * (total + window) {
-            !better
-        } else {
-            better
-        }
+    fn secs(&self) -> f64 {
+        self.target_secs + self.member_secs
     }
 }
 
-/// The policy's state in a running batch (kept under the batch's lock). Each batch size keeps
-/// its own window, so a batch whose size changes between passes (jobs arriving and ending)
-/// still completes windows at every size it spends time at: each pass's interval (since the
-/// pass before) and the tokens committed in it count toward the size of that pass.
+#[derive(Debug, Clone, Copy, Default)]
+struct SizeStats {
+    speculate: Running,
+    plain: Running,
+    speculate_windows: usize,
+    plain_windows: usize,
+    /// The mode of the window being measured.
+    current: bool,
+    window: Window,
+}
+
+/// The policy's state in a running batch (and, through [`super::PolicyMemory`], between
+/// batches).
 #[derive(Debug, Clone)]
 pub(super) struct PolicyState {
     policy: SpeculationPolicy,
+    fit: TargetFit,
+    speculating: ModeStats,
+    plain: ModeStats,
     sizes: BTreeMap<usize, SizeStats>,
-    /// The batch size of the latest pass (whose choice rounds follow now).
+    /// The batch size of the latest round (whose choice rounds follow now).
     size: usize,
-    /// Tokens committed since the latest pass.
-    tokens: usize,
-    last_pass: Option<Instant>,
 }
 
 impl PolicyState {
     pub fn new(policy: SpeculationPolicy) -> Self {
         Self {
             policy,
+            fit: TargetFit::default(),
+            speculating: ModeStats::default(),
+            plain: ModeStats::default(),
             sizes: BTreeMap::new(),
             size: 0,
-            tokens: 0,
-            last_pass: None,
         }
     }
 
@@ -211,49 +273,121 @@ impl PolicyState {
         match self.policy {
             SpeculationPolicy::Always => true,
             SpeculationPolicy::Never => false,
-            SpeculationPolicy::Measured => self.sizes.get(&self.size).is_none_or(|s| s.current),
+            SpeculationPolicy::Measured => match self.sizes.get(&self.size) {
+                Some(s) => s.current,
+                None => self.choose(self.size.max(1), None),
+            },
         }
     }
 
-    /// The batch is empty: the time until the next pass is idle, not a pass's interval.
-    pub fn idle(&mut self) {
-        self.last_pass = None;
-        self.tokens = 0;
-    }
-
-    /// `tokens` committed by some sequence.
-    pub fn committed(&mut self, tokens: usize) {
-        self.tokens += tokens;
-    }
-
-    /// A batched forward of `batch` sequences ran and ended at `now`.
-    pub fn fired(&mut self, batch: usize, now: Instant) {
-        if self.policy != SpeculationPolicy::Measured || batch == 0 {
+    /// A round ended.
+    pub fn round(&mut self, round: Round) {
+        if self.policy != SpeculationPolicy::Measured || round.batch == 0 {
             return;
         }
-        let secs = self
-            .last_pass
-            .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
-        self.last_pass = Some(now);
-        let tokens = std::mem::take(&mut self.tokens);
-        let prior = self.prior(batch);
-        self.sizes
-            .entry(batch)
-            .or_insert_with(|| SizeStats::new(prior))
-            .observe(tokens, secs, prior);
-        self.size = batch;
+        if round.target_secs > 0.0 {
+            self.fit
+                .add(round.batch as f64, round.rows as f64, round.target_secs);
+        }
+        self.size = round.batch;
+        let first = self.choose(round.batch, None);
+        let size = self.sizes.entry(round.batch).or_insert(SizeStats {
+            current: first,
+            ..SizeStats::default()
+        });
+        // A round begun under another size's choice does not count toward this size's window.
+        if round.speculative != size.current {
+            return;
+        }
+        size.window.add(&round);
+        if size.window.rounds < WINDOW_FIRINGS {
+            return;
+        }
+        let window = std::mem::take(&mut size.window);
+        let speculative = size.current;
+        let secs = window.secs();
+        if secs > 0.0 {
+            let rate = window.tokens as f64 / secs;
+            let (size_rate, mode) = match speculative {
+                true => {
+                    size.speculate_windows += 1;
+                    (&mut size.speculate, &mut self.speculating)
+                }
+                false => {
+                    size.plain_windows += 1;
+                    (&mut size.plain, &mut self.plain)
+                }
+            };
+            size_rate.observe(rate);
+            mode.secs += secs;
+            mode.member_secs
+                .observe(window.member_secs / window.sequences.max(1) as f64);
+            if window.decode_forwards > 0 {
+                let forwards = window.decode_forwards as f64;
+                mode.tokens.observe(window.tokens as f64 / forwards);
+                mode.rows.observe(window.decode_rows as f64 / forwards);
+            }
+        }
+        let next = self.choose(round.batch, Some(secs));
+        if let Some(size) = self.sizes.get_mut(&round.batch) {
+            size.current = next;
+        }
     }
 
-    /// The rates of the nearest other size with both choices measured.
-    fn prior(&self, batch: usize) -> Prior {
-        self.sizes
-            .iter()
-            .filter(|(&size, _)| size != batch)
-            .filter_map(|(&size, s)| {
-                Some((size.abs_diff(batch), (s.speculate.value?, s.plain.value?)))
-            })
-            .min_by_key(|(distance, _)| *distance)
-            .map(|(_, rates)| rates)
+    /// The cost model's rate (tokens per second) at `n` sequences in one mode.
+    fn predicted(&self, n: usize, speculative: bool) -> Option<f64> {
+        let mode = if speculative {
+            &self.speculating
+        } else {
+            &self.plain
+        };
+        if !self.fit.rows_vary {
+            return None;
+        }
+        let (y, r, h) = (mode.tokens.0?, mode.rows.0?, mode.member_secs.0?);
+        let n = n as f64;
+        let secs = self.fit.predict(n, n * r)? + n * h;
+        Some(n * y / secs)
+    }
+
+    /// The mode of the next window at `n` sequences. At a window's end (`explore`: how long it
+    /// took) the worse mode may get the next window; otherwise the better one runs.
+    fn choose(&self, n: usize, explore: Option<f64>) -> bool {
+        if !self.speculating.measured() {
+            return true;
+        }
+        if !self.plain.measured() {
+            return false;
+        }
+        let size = self.sizes.get(&n);
+        let (on, off) = match (self.predicted(n, true), self.predicted(n, false)) {
+            (Some(on), Some(off)) => (on, off),
+            _ => match size.map(|s| (s.speculate.0, s.plain.0)) {
+                Some((Some(on), Some(off))) => (on, off),
+                Some((Some(_), None)) => return false,
+                _ => return true,
+            },
+        };
+        let better = on >= off;
+        let Some(window) = explore else {
+            return better;
+        };
+        let share = if on.min(off) >= CLOSE * on.max(off) {
+            EXPLORE_SHARE
+        } else {
+            EXPLORE_FAR_SHARE
+        };
+        let worse_secs = if better {
+            self.plain.secs
+        } else {
+            self.speculating.secs
+        };
+        let total = self.speculating.secs + self.plain.secs;
+        if worse_secs + window <= share * (total + window) {
+            !better
+        } else {
+            better
+        }
     }
 
     /// What was learned, per batch size.
@@ -262,74 +396,16 @@ impl PolicyState {
             .iter()
             .map(|(&batch, s)| SizeReport {
                 batch,
-                speculate_rate: s.speculate.value,
-                plain_rate: s.plain.value,
-                speculate_windows: s.speculate.windows,
-                plain_windows: s.plain.windows,
+                speculate_rate: s.speculate.0,
+                plain_rate: s.plain.0,
+                predicted_speculate_rate: self.predicted(batch, true),
+                predicted_plain_rate: self.predicted(batch, false),
+                speculate_windows: s.speculate_windows,
+                plain_windows: s.plain_windows,
             })
             .collect()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    /// Feed windows where speculation commits `on` tokens per firing and plain `off`.
-    fn run(on: usize, off: usize, windows: usize) -> PolicyState {
-        let mut p = PolicyState::new(SpeculationPolicy::Measured);
-        let mut now = Instant::now();
-        p.fired(4, now);
-        for _ in 0..windows * WINDOW_FIRINGS {
-            let tokens = if p.speculate() { on } else { off };
-            p.committed(tokens);
-            now += Duration::from_millis(10);
-            p.fired(4, now);
-        }
-        p
-    }
-
-    #[test]
-    fn runs_the_better_choice_and_retries_the_other() {
-        // Far apart: the worse gets about 2 % of the windows (all windows last as long here).
-        let p = run(3, 4, 200);
-        let r = p.report()[0];
-        assert!(r.plain_windows > 20 * r.speculate_windows, "{r:?}");
-        assert!(r.speculate_windows >= 3, "{r:?}");
-        let p = run(6, 4, 200);
-        let r = p.report()[0];
-        assert!(r.speculate_windows > 20 * r.plain_windows, "{r:?}");
-        assert!(r.plain_windows >= 3, "{r:?}");
-        // Close: about 10 %.
-        let p = run(19, 20, 200);
-        let r = p.report()[0];
-        assert!(r.plain_windows > 5 * r.speculate_windows, "{r:?}");
-        assert!(r.speculate_windows >= 15, "{r:?}");
-    }
-
-    #[test]
-    fn fixed_policies_never_switch() {
-        let p = PolicyState::new(SpeculationPolicy::Never);
-        assert!(!p.speculate());
-        let p = PolicyState::new(SpeculationPolicy::Always);
-        assert!(p.speculate());
-    }
-
-    #[test]
-    fn a_new_batch_size_starts_from_the_nearest_measured_one() {
-        let mut p = run(3, 4, 4);
-        assert!(!p.speculate(), "plain is better at size 4");
-        let now = Instant::now() + Duration::from_secs(10);
-        p.fired(3, now);
-        assert!(!p.speculate(), "size 3 starts with size 4's choice");
-        assert_eq!(p.report().len(), 2);
-        p.fired(4, now + Duration::from_millis(10));
-        assert!(!p.speculate(), "size 4 keeps what it learned");
-        let fresh = PolicyState::new(SpeculationPolicy::Measured);
-        assert!(
-            fresh.speculate(),
-            "with nothing measured, speculation is tried first"
-        );
-    }
-}
+mod tests;
