@@ -33,11 +33,13 @@
 //! | [`caches`] | speculation rollback and fork isolation of the KV caches |
 //! | [`engine`] | greedy MTP == plain greedy; tokens and logits match the reference |
 //! | [`proposers`] | drafters right a known share: exact accepted counts; prompt lookup == plain |
+//! | [`batch`] | a continuous batch: each sequence == itself alone; sampled χ² with speculation switching |
 //!
 //! The machinery: [`inputs`] (random host data, built contiguous or as transposed / sliced
 //! views), [`op`] (the op catalogue applied to either backend), [`harness`] (run and compare),
 //! [`tolerance`] (the float comparison rule and its presets), [`error`] (the report).
 
+pub mod batch;
 pub mod caches;
 pub mod engine;
 pub mod error;
@@ -57,6 +59,7 @@ pub use mtp_core;
 
 /// The case groups by the names the generated tests use (`creation::from_f32`, ...).
 pub mod cases {
+    pub use crate::batch;
     pub use crate::caches;
     pub use crate::engine;
     pub use crate::ops::{

@@ -65,6 +65,7 @@ macro_rules! conformance_suite {
                 constrained_greedy_matches_reference,
             ],
             proposers: [scripted_share_is_accepted, prompt_lookup_matches_plain],
+            batch: [sequences_emit_what_they_emit_alone, sampled_sequences_keep_the_distribution],
         }
     };
 }

@@ -236,16 +236,7 @@ fn sampled_sequences_keep_the_target_distribution_in_a_measured_batch() {
         seed: 11,
         ..TinyConfig::default()
     });
-    let probe = GenerateRequest {
-        sampling: SamplerOptions {
-            temperature: 1.0,
-            repeat_penalty: 1.3,
-            presence_penalty: 0.4,
-            ..SamplerOptions::default()
-        },
-        draft: draft(ScheduleKind::Constant, ValidationMode::Batched, 2),
-        ..GenerateRequest::greedy(vec![1, 2, 3], 2)
-    };
+    let probe = penalised_probe();
     let expected = exact_first_two(&t, &probe);
     let drafter = scripted(&t, &probe, 0.5);
     let engine = Engine::new(&b, &t)

@@ -97,6 +97,21 @@ pub fn draft(schedule: ScheduleKind, validation: ValidationMode, depth: usize) -
     }
 }
 
+/// Two tokens sampled at temperature 1 with repeat and presence penalties after `[1, 2, 3]`,
+/// drafting 2 at a time: the probe of the batch χ² tests.
+pub fn penalised_probe() -> GenerateRequest {
+    GenerateRequest {
+        sampling: mtp_core::sampling::SamplerOptions {
+            temperature: 1.0,
+            repeat_penalty: 1.3,
+            presence_penalty: 0.4,
+            ..Default::default()
+        },
+        draft: draft(ScheduleKind::Constant, ValidationMode::Batched, 2),
+        ..GenerateRequest::greedy(vec![1, 2, 3], 2)
+    }
+}
+
 /// The exact joint distribution `p(t1) · p(t2 | t1)` of the first two tokens `probe` samples
 /// (its sampler's processing, penalties included), indexed `t1 * vocab + t2`: what the
 /// engine χ² tests compare sampled speculation against.

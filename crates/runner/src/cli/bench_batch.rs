@@ -54,6 +54,12 @@ pub struct BatchBenchArgs {
     /// The most prompt tokens a request evaluates per batched pass.
     #[arg(long, default_value_t = 128, value_name = "N", value_parser = bounded(1, 1 << 16))]
     pub prefill_chunk: usize,
+    /// The least time each variant runs at each concurrency, its repetitions together: clients
+    /// send more requests than `--requests` where that would end sooner (sized from a
+    /// calibration run of every variant, one request per client, before the repetitions;
+    /// 0: exactly `--requests`).
+    #[arg(long, default_value_t = 0, value_name = "SECONDS", value_parser = bounded(0, 3600))]
+    pub seconds: usize,
     /// Repetitions of every variant at every concurrency, interleaved (the median is reported).
     #[arg(long, default_value_t = 3, value_name = "N", value_parser = bounded(1, 100))]
     pub reps: usize,
@@ -130,6 +136,10 @@ struct Timing {
 struct Row {
     clients: usize,
     variant: Variant,
+    /// Requests each client sent per run.
+    requests_per_client: usize,
+    /// Each repetition's wall time, in run order.
+    runs_secs: Vec<f64>,
     /// Generated tokens per second over the run, all clients together (the median run's).
     total_tokens_per_sec: f64,
     /// The same for every repetition, in run order.
@@ -158,6 +168,8 @@ struct Report {
     backend: String,
     prompts: usize,
     requests_per_client: usize,
+    /// The least seconds per variant and concurrency asked for (0: none).
+    seconds: usize,
     num_predict: usize,
     prefill_chunk: usize,
     reps: usize,
@@ -256,6 +268,17 @@ pub fn run(args: BatchBenchArgs) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|v| PolicyMemory::new(v.policy().unwrap_or(SpeculationPolicy::Never)))
                 .collect();
+            let requests = match args.seconds {
+                0 => args.requests,
+                seconds => {
+                    // Sized by the fastest variant, so the slower ones run longer still (with
+                    // a margin: the calibration's single requests run slower than a long run).
+                    let fastest = calibrate(&engine, &ids, clients, &args, &mut memories)?;
+                    let tokens = 1.25 * seconds as f64 * fastest / args.reps as f64;
+                    let per_client = (tokens / (clients * args.num_predict) as f64).ceil();
+                    (per_client as usize).clamp(args.requests, 1000)
+                }
+            };
             // Repetitions interleaved, each in a rotated order, so drift in the machine's speed
             // spreads over every variant; the row reported is the median run.
             for rep in 0..args.reps {
@@ -263,7 +286,7 @@ pub fn run(args: BatchBenchArgs) -> anyhow::Result<ExitCode> {
                     let v = (k + rep) % Variant::ALL.len();
                     let variant = Variant::ALL[v];
                     let speculate = !matches!(variant, Variant::SerialPlain | Variant::BatchPlain);
-                    let jobs = jobs_for(&ids, clients * args.requests, args.num_predict, speculate);
+                    let jobs = jobs_for(&ids, clients * requests, args.num_predict, speculate);
                     let (timings, started, report) = run_variant(
                         &engine,
                         variant,
@@ -274,7 +297,8 @@ pub fn run(args: BatchBenchArgs) -> anyhow::Result<ExitCode> {
                     let tokens: Vec<Vec<u32>> = timings.iter().map(|t| t.tokens.clone()).collect();
                     let identical = reference.as_ref().is_none_or(|r| *r == tokens);
                     reference.get_or_insert(tokens);
-                    let row = summarise(clients, variant, &timings, started, identical, report);
+                    let mut row = summarise(clients, variant, &timings, started, identical, report);
+                    row.requests_per_client = requests;
                     console::err(&format!(
                         "{clients:>3} clients  rep {rep}  {:<15} {:>8.1} tok/s  ttft {:>6.3} s  stream {:>7.1} tok/s  depth {:.2}{}\n",
                         variant.name(),
@@ -296,6 +320,7 @@ pub fn run(args: BatchBenchArgs) -> anyhow::Result<ExitCode> {
             backend: pipeline.backend().name(),
             prompts: ids.len(),
             requests_per_client: args.requests,
+            seconds: args.seconds,
             num_predict: args.num_predict,
             prefill_chunk: args.prefill_chunk,
             reps: args.reps,
@@ -312,6 +337,31 @@ pub fn run(args: BatchBenchArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The fastest variant's rate (tokens/s) at `clients`, each client sending one request.
+fn calibrate<B: Backend>(
+    engine: &Engine<'_, B>,
+    ids: &[Vec<u32>],
+    clients: usize,
+    args: &BatchBenchArgs,
+    memories: &mut [PolicyMemory],
+) -> anyhow::Result<f64> {
+    let mut fastest: f64 = 0.0;
+    for (v, variant) in Variant::ALL.into_iter().enumerate() {
+        let speculate = !matches!(variant, Variant::SerialPlain | Variant::BatchPlain);
+        let jobs = jobs_for(ids, clients, args.num_predict, speculate);
+        let (timings, started, _) = run_variant(
+            engine,
+            variant,
+            clients,
+            &jobs,
+            (args.prefill_chunk, &mut memories[v]),
+        )?;
+        let row = summarise(clients, variant, &timings, started, true, None);
+        fastest = fastest.max(row.total_tokens_per_sec);
+    }
+    Ok(fastest.max(1e-9))
 }
 
 /// `count` greedy requests over the prompts in turn, EOS ignored, speculation on or off.
@@ -387,11 +437,13 @@ fn run_variant<B: Backend>(
 /// identical.
 fn median_row(mut runs: Vec<Row>) -> Row {
     let rates: Vec<f64> = runs.iter().map(|r| r.total_tokens_per_sec).collect();
+    let secs: Vec<f64> = runs.iter().flat_map(|r| r.runs_secs.clone()).collect();
     let identical = runs.iter().all(|r| r.identical);
     runs.sort_by(|a, b| a.total_tokens_per_sec.total_cmp(&b.total_tokens_per_sec));
     let mut row = runs.swap_remove(runs.len() / 2);
     row.identical = identical;
     row.runs_tokens_per_sec = rates;
+    row.runs_secs = secs;
     row
 }
 
@@ -439,6 +491,8 @@ fn summarise(
     Row {
         clients,
         variant,
+        requests_per_client: timings.len() / clients.max(1),
+        runs_secs: vec![wall],
         total_tokens_per_sec: total as f64 / wall,
         runs_tokens_per_sec: Vec::new(),
         mean_ttft_secs: ttft.iter().sum::<f64>() / n,
@@ -461,12 +515,17 @@ fn summarise(
 /// the two batched choices.
 fn render(report: &Report) -> String {
     let mut out = format!(
-        "mtp bench-batch: {} on {} — {} requests per client, {} tokens each; median of {} \
-         interleaved runs\n\n",
-        report.target, report.backend, report.requests_per_client, report.num_predict, report.reps
+        "mtp bench-batch: {} on {} — at least {} requests per client (and {} s per variant and \
+         concurrency), {} tokens each; median of {} interleaved runs\n\n",
+        report.target,
+        report.backend,
+        report.requests_per_client,
+        report.seconds,
+        report.num_predict,
+        report.reps
     );
     out.push_str(
-        "clients  variant          tok/s    x serial-plain  ttft s  stream tok/s  depth\n",
+        "clients  variant          tok/s    x serial-plain  ttft s  stream tok/s  depth  secs\n",
     );
     let mut clients: Vec<usize> = report.rows.iter().map(|r| r.clients).collect();
     clients.dedup();
@@ -480,13 +539,14 @@ fn render(report: &Report) -> String {
         let base = rate(Variant::SerialPlain).max(1e-9);
         for r in &rows {
             out.push_str(&format!(
-                "{c:>7}  {:<15} {:>7.1}  {:>14.2}  {:>6.3}  {:>12.1}  {:>5.2}\n",
+                "{c:>7}  {:<15} {:>7.1}  {:>14.2}  {:>6.3}  {:>12.1}  {:>5.2}  {:>4.0}\n",
                 r.variant.name(),
                 r.total_tokens_per_sec,
                 r.total_tokens_per_sec / base,
                 r.mean_ttft_secs,
                 r.mean_stream_tokens_per_sec,
-                r.mean_depth
+                r.mean_depth,
+                r.runs_secs.iter().sum::<f64>()
             ));
         }
         let better = rate(Variant::BatchPlain)

@@ -109,7 +109,14 @@ fn calls<B: Backend>(
                 caches,
             })
             .collect();
-        let result = target.forward_batch(backend, &mut jobs);
+        // One forward alone is the single-sequence forward (what `forward_batch` promises to
+        // equal), without the packing a batch of one would pay for.
+        let result = match jobs.as_mut_slice() {
+            [one] => target
+                .forward(backend, one.ids, one.start, one.caches)
+                .map(|out| vec![out]),
+            jobs => target.forward_batch(backend, jobs),
+        };
         drop(jobs);
         let outputs = spread(result, forwards.len());
         for ((key, _, _, caches), output) in forwards.into_iter().zip(outputs) {
