@@ -76,8 +76,9 @@ pub struct ServerArgs {
     /// evaluated in chunks, so running streams keep flowing).
     #[arg(long, default_value_t = 128, value_name = "N", value_parser = bounded(1, 1 << 16))]
     pub prefill_chunk: usize,
-    /// With --parallel above 1: whether batched requests speculate. `measured` measures, at
-    /// each batch size, tokens per second with speculation on and off and runs the better.
+    /// With --parallel above 1: whether batched requests speculate. `measured` predicts, at
+    /// each batch size, tokens per second with speculation on and off from a cost model of the
+    /// batch's own passes and runs the better.
     #[arg(long, value_enum, default_value_t = BatchSpeculation::Measured)]
     pub batch_speculation: BatchSpeculation,
     /// Evaluate every prompt from the start instead of keeping the last request's KV caches
@@ -110,7 +111,8 @@ pub struct ServerArgs {
 /// `--batch-speculation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BatchSpeculation {
-    /// Measure on and off at each batch size and run the better.
+    /// Predict on and off at each batch size from a cost model of the batch's passes and run
+    /// the better.
     Measured,
     /// Always speculate (each request's schedule picks the depth).
     Always,

@@ -111,6 +111,25 @@ mod tests {
     }
 
     #[test]
+    fn the_widest_batch_gets_its_places() {
+        let body = |yielder: &Yielder<usize, usize>, first: usize| {
+            yielder.suspend(first);
+        };
+        let widest = crate::engine::batch::MAX_BATCH_LIMIT;
+        let sum = with_places(widest, &body, |places| {
+            let mut sum = 0;
+            for (i, place) in places.iter_mut().enumerate() {
+                if let CoroutineResult::Yield(v) = place.as_mut().resume(i) {
+                    sum += v;
+                }
+            }
+            sum
+        })
+        .expect("stacks reserved");
+        assert_eq!(sum, widest * (widest - 1) / 2);
+    }
+
+    #[test]
     fn a_suspended_place_is_unwound_when_the_batch_ends() {
         struct Flag<'a>(&'a RefCell<bool>);
         impl Drop for Flag<'_> {
