@@ -297,8 +297,7 @@ pub fn run(args: BatchBenchArgs) -> anyhow::Result<ExitCode> {
                     let tokens: Vec<Vec<u32>> = timings.iter().map(|t| t.tokens.clone()).collect();
                     let identical = reference.as_ref().is_none_or(|r| *r == tokens);
                     reference.get_or_insert(tokens);
-                    let mut row = summarise(clients, variant, &timings, started, identical, report);
-                    row.requests_per_client = requests;
+                    let row = summarise(clients, variant, &timings, started, identical, report);
                     console::err(&format!(
                         "{clients:>3} clients  rep {rep}  {:<15} {:>8.1} tok/s  ttft {:>6.3} s  stream {:>7.1} tok/s  depth {:.2}{}\n",
                         variant.name(),

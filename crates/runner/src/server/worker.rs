@@ -341,21 +341,21 @@ impl JobSource<Queued> for JobQueue<'_> {
 
 /// Kept caches of ended jobs, for later prompts that share a prefix with them.
 struct CachePool<B: Backend> {
-    held: std::sync::Mutex<Vec<PrefixCache<B>>>,
+    held: std::cell::RefCell<Vec<PrefixCache<B>>>,
     capacity: usize,
 }
 
 impl<B: Backend> CachePool<B> {
     fn new(capacity: usize) -> Self {
         Self {
-            held: std::sync::Mutex::new(Vec::new()),
+            held: std::cell::RefCell::new(Vec::new()),
             capacity,
         }
     }
 
     /// The kept caches sharing the longest prefix with `prompt` (fresh ones if none shares).
     fn take(&self, prompt: &[u32]) -> PrefixCache<B> {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.held.borrow_mut();
         let shared = |c: &PrefixCache<B>| {
             c.tokens()
                 .iter()
@@ -377,7 +377,7 @@ impl<B: Backend> CachePool<B> {
 
     /// Keep `caches` (the oldest kept ones go when the pool is full).
     fn put(&self, caches: PrefixCache<B>) {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self.held.borrow_mut();
         if held.len() >= self.capacity {
             held.remove(0);
         }

@@ -15,13 +15,12 @@ use crate::{Backend, CoreError};
 /// [`forward`](TargetModel::forward) and [`unembed`](TargetModel::unembed) suspending the
 /// member's coroutine with the work, to be resumed with the result once the scheduler's
 /// batched pass has run it with the other members' (everything else is called directly: it is
-/// per sequence and cheap). A forward longer than the prefill chunk goes in chunks, one per
-/// pass (the engine's own prefill already sends chunks of that size; this bounds any other).
+/// per sequence and cheap). A prompt arrives here already in chunks (the member's engine
+/// forwards it `prefill_chunk` tokens at a time), so each forward is one pass's work.
 pub(super) struct GatedTarget<'y, J, B: Backend> {
     yielder: &'y PlaceYielder<J, B>,
     target: &'y dyn TargetModel<B>,
     shared: &'y Shared,
-    prefill_chunk: usize,
     /// The start of this member's previous forward (for the policy's committed-token count).
     last_start: Cell<Option<usize>>,
     /// Whether the member has asked for logits yet: its forwards before that are its prompt's.
@@ -33,13 +32,11 @@ impl<'y, J, B: Backend> GatedTarget<'y, J, B> {
         yielder: &'y PlaceYielder<J, B>,
         target: &'y dyn TargetModel<B>,
         shared: &'y Shared,
-        prefill_chunk: usize,
     ) -> Self {
         Self {
             yielder,
             target,
             shared,
-            prefill_chunk: prefill_chunk.max(1),
             last_start: Cell::new(None),
             decoding: Cell::new(false),
         }
@@ -130,30 +127,9 @@ impl<J, B: Backend> TargetModel<B> for GatedTarget<'_, J, B> {
         start: usize,
         caches: &mut CacheSet<B>,
     ) -> Result<TargetOutput<B>, B::Error> {
-        let t = backend.shape(ids)[1];
+        let t = backend.shape(ids).get(1).copied().unwrap_or(0);
         self.count_progress(start, t);
-        if t <= self.prefill_chunk {
-            return self.park_forward(ids, start, caches);
-        }
-        let mut hidden = Vec::new();
-        let mut draft_hidden = Vec::new();
-        let mut at = 0;
-        while at < t {
-            let len = self.prefill_chunk.min(t - at);
-            let piece = backend.slice(ids, 1, at, len)?;
-            let out = self.park_forward(&piece, start + at, caches)?;
-            hidden.push(out.hidden);
-            draft_hidden.push(out.draft_hidden);
-            at += len;
-        }
-        let join = |parts: &[B::Array]| {
-            let refs: Vec<&B::Array> = parts.iter().collect();
-            backend.concat(&refs, 1)
-        };
-        Ok(TargetOutput {
-            hidden: join(&hidden)?,
-            draft_hidden: join(&draft_hidden)?,
-        })
+        self.park_forward(ids, start, caches)
     }
 
     fn unembed(&self, _backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {

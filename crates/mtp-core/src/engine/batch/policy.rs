@@ -290,11 +290,17 @@ impl PolicyState {
                 .add(round.batch as f64, round.rows as f64, round.target_secs);
         }
         self.size = round.batch;
-        let first = self.choose(round.batch, None);
-        let size = self.sizes.entry(round.batch).or_insert(SizeStats {
-            current: first,
-            ..SizeStats::default()
-        });
+        if !self.sizes.contains_key(&round.batch) {
+            // A size seen for the first time starts with the mode the model predicts faster.
+            let first = SizeStats {
+                current: self.choose(round.batch, None),
+                ..SizeStats::default()
+            };
+            self.sizes.insert(round.batch, first);
+        }
+        let Some(size) = self.sizes.get_mut(&round.batch) else {
+            return;
+        };
         // A round begun under another size's choice does not count toward this size's window.
         if round.speculative != size.current {
             return;
