@@ -95,7 +95,7 @@ enum State<J, B: Backend> {
     Gone,
 }
 
-/// Time and counts of the round in progress.
+/// Where the round in progress spent its time (its counts are in [`Shared`]).
 #[derive(Default)]
 struct RoundClock {
     target_secs: f64,
