@@ -8,7 +8,7 @@ use std::cell::RefCell;
 
 use mtp_core::constraint::ConstraintSource;
 use mtp_core::engine::batch::{serve, BatchOptions, BatchReport, SpeculationPolicy};
-use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest, Response};
+use mtp_core::engine::{CancelToken, DiscardSink, Engine, EvalOverlap, GenerateRequest, Response};
 use mtp_core::options::ValidationMode;
 use mtp_core::proposer::{NgramOptions, NgramProposer};
 use mtp_core::reference::ReferenceBackend;
@@ -119,6 +119,10 @@ pub fn sequences_emit_what_they_emit_alone<B: Backend>(backend: &B) -> Result<()
             1 => base.with_proposer(&ngram),
             _ => base.with_drafter(&drafter).also_proposer(&ngram),
         };
+        // Batch members keep the engine's evaluation overlap: every proposer runs in batches
+        // with and without it (the reordered loop must not change what a member emits).
+        let overlap = [EvalOverlap::Always, EvalOverlap::Never][(seed / 3 % 2) as usize];
+        let in_batch = engine.clone().with_overlap(overlap);
         let requests: Vec<GenerateRequest> = (0..rng.random_range(2..8))
             .map(|_| random_request(&mut rng, vocab))
             .collect();
@@ -135,7 +139,8 @@ pub fn sequences_emit_what_they_emit_alone<B: Backend>(backend: &B) -> Result<()
                 prefill_chunk: rng.random_range(1..8),
                 policy,
             };
-            let (outs, report) = backend_err(backend, what, batched(&engine, &requests, &options))?;
+            let (outs, report) =
+                backend_err(backend, what, batched(&in_batch, &requests, &options))?;
             let mismatch = |detail: String| SuiteError::Mismatch {
                 backend: backend.name(),
                 check: format!("{} under {policy:?} ({options:?})", what()),

@@ -14,7 +14,9 @@ use mtp_core::constraint::ConstraintSource;
 use mtp_core::engine::batch::{
     serve, serve_with_memory, BatchOptions, BatchReport, PolicyMemory, SpeculationPolicy,
 };
-use mtp_core::engine::{CancelToken, DoneReason, Engine, GenerateRequest, SinkFlow, TokenSink};
+use mtp_core::engine::{
+    CancelToken, DoneReason, Engine, EvalOverlap, GenerateRequest, SinkFlow, TokenSink,
+};
 use mtp_core::model::TargetModel;
 use mtp_core::options::ValidationMode;
 use mtp_core::proposer::{NgramOptions, NgramProposer};
@@ -167,7 +169,12 @@ fn check_trial(seed: u64, policy: SpeculationPolicy) -> BatchReport {
     )
     .expect("drafter builds");
     let ngram = NgramProposer::new(NgramOptions::new(1, 3).expect("n-gram sizes"));
-    let base = Engine::new(&b, &target).with_env(no_env());
+    // Batch members keep the engine's evaluation overlap: every proposer runs with and
+    // without it (the reordered loop must not change what a member emits).
+    let overlap = [EvalOverlap::Always, EvalOverlap::Never][(seed / 3 % 2) as usize];
+    let base = Engine::new(&b, &target)
+        .with_env(no_env())
+        .with_overlap(overlap);
     let engine = match seed % 3 {
         0 => base.with_drafter(&drafter),
         1 => base.with_proposer(&ngram),

@@ -53,7 +53,9 @@
 //! rounds — the target's time per round as a function of sequences and rows, and per sequence
 //! the tokens, rows and own time of a round with and without drafting — and runs, at each batch
 //! size, the mode it predicts faster (see `policy.rs`); a member's round that may not draft is a
-//! plain step. Each member's evaluation overlap is off (its rounds wait for the batch anyway).
+//! plain step. Each member keeps the engine's evaluation overlap ([`EvalOverlap`]): on a lazy
+//! backend the first member to start its slice of a pass starts the whole pass on the device,
+//! and the members' drafting, emission and graph building run beside it.
 
 mod member;
 mod pass;
@@ -68,7 +70,9 @@ pub use policy::{SizeReport, SpeculationPolicy, EXPLORE_FAR_SHARE, EXPLORE_SHARE
 pub use scheduler::PassCounts;
 pub use source::{JobSource, JobWait, NextJob};
 
-use super::{Engine, EvalOverlap};
+use super::Engine;
+#[cfg(doc)]
+use super::EvalOverlap;
 use crate::{Backend, CoreError};
 use member::GatedTarget;
 use scheduler::{Parked, PlaceYielder, Resume, Shared};
@@ -197,7 +201,6 @@ where
                         .clone()
                         .with_target(&target)
                         .with_switch(&target)
-                        .with_overlap(EvalOverlap::Never)
                         .with_prefill_chunk(chunk);
                     if catch_unwind(AssertUnwindSafe(|| run(&member, job))).is_err() {
                         tracing::error!("a batched generation panicked; it was ended");
