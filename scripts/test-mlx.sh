@@ -26,7 +26,7 @@ step "setup (apt, pip mlx-cpu, patched mlx-sys)"
 # resolves one dependency graph and builds it once (another selection, or test targets with other
 # dev-dependencies, would rebuild candle, mlx-sys and mlx-rs with other unified features).
 selection=(-p backend-mlx -p mtp-tests -p runner --features backend-mlx/mlx,mtp-tests/mlx,runner/mlx)
-targets=(--lib --test mlx --test fixture_target --test fixture_assistant --test gemma4_gguf --test gemma4_gguf_assistant --test cli_generate --test batched_forward)
+targets=(--lib --test mlx --test fixture_target --test fixture_assistant --test gemma4_gguf --test gemma4_gguf_assistant --test gemma3_assistant --test cli_generate --test batched_forward)
 
 step "clippy with the mlx features (warnings denied)"
 "$cargo_mlx" clippy "$@" "${selection[@]}" --all-targets -- -D warnings

@@ -80,6 +80,19 @@ pub struct DraftOverrides {
     pub enabled: Option<bool>,
 }
 
+impl DraftOverrides {
+    /// Draft exactly `depth` tokens every round: the constant schedule at that depth (initial
+    /// and maximum), everything else from the defaults.
+    pub fn constant(depth: usize) -> Self {
+        Self {
+            initial_draft_tokens: Some(depth),
+            max_draft_tokens: Some(depth),
+            schedule: Some(ScheduleKind::Constant),
+            ..Self::default()
+        }
+    }
+}
+
 /// The resolved MTP options of one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MtpOptions {

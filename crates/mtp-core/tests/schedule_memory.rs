@@ -77,12 +77,7 @@ fn the_round_log_marks_budget_capped_rounds() {
     let b = B::default();
     let t = target(TinyConfig::default());
     let mut req = GenerateRequest::greedy(vec![3, 1, 4, 1, 5], 12);
-    req.draft = DraftOverrides {
-        initial_draft_tokens: Some(4),
-        max_draft_tokens: Some(4),
-        schedule: Some(ScheduleKind::Constant),
-        ..DraftOverrides::default()
-    };
+    req.draft = DraftOverrides::constant(4);
     let drafter = scripted(&t, &req, 1.0);
     let out = Engine::new(&b, &t)
         .with_drafter(&drafter)

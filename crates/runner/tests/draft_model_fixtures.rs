@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use mtp_core::engine::{CancelToken, DiscardSink, GenerateRequest};
 use mtp_core::options::DraftOverrides;
 use mtp_core::proposer::{NgramOptions, ProposerKind};
-use mtp_core::schedule::ScheduleKind;
 use mtp_core::Backend;
 use runner::{ModelPaths, Pipeline, PipelineError};
 use serde::Deserialize;
@@ -63,12 +62,7 @@ fn check<B: Backend>(backend: impl Fn() -> B) {
     let mut lookup_rounds = 0;
     for case in cases() {
         let mut request = GenerateRequest::greedy(case.prompt_ids.clone(), case.max_new_tokens);
-        request.draft = DraftOverrides {
-            initial_draft_tokens: Some(case.num_assistant_tokens),
-            max_draft_tokens: Some(case.num_assistant_tokens),
-            schedule: Some(ScheduleKind::Constant),
-            ..DraftOverrides::default()
-        };
+        request.draft = DraftOverrides::constant(case.num_assistant_tokens);
         let label = format!("{} drafted by {}", case.target, case.draft_model);
         // Alone, then beside prompt lookup.
         for ngram in [None, Some(NgramOptions::default())] {

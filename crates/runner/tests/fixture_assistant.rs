@@ -9,7 +9,6 @@ use common::{cases, ids_array, load_pair, max_rel_err, name, Reference, TOLERANC
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, EvalOverlap, GenerateRequest};
 use mtp_core::model::{MtpDrafter, TargetModel};
 use mtp_core::options::DraftOverrides;
-use mtp_core::schedule::ScheduleKind;
 use mtp_core::Backend;
 
 fn first_draft_round_matches_hf<B: Backend>(b: &B) {
@@ -86,12 +85,7 @@ fn greedy_mtp_equals_hf_assisted_and_plain_greedy<B: Backend>(b: &B) {
         let depth = reference.ids("num_assistant_tokens")[0] as usize;
         let (target, assistant) = load_pair(b, &dir);
         let mut request = GenerateRequest::greedy(prompt, assisted.len());
-        request.draft = DraftOverrides {
-            initial_draft_tokens: Some(depth),
-            max_draft_tokens: Some(depth),
-            schedule: Some(ScheduleKind::Constant),
-            ..DraftOverrides::default()
-        };
+        request.draft = DraftOverrides::constant(depth);
         // The backend's default overlap (on for MLX), then forced on and off: the same
         // tokens and the same acceptance every time.
         let mut counts = Vec::new();

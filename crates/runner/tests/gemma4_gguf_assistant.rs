@@ -15,7 +15,6 @@ use gemma4_gguf_support::{case_dir, greedy, runs};
 use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
 use mtp_core::model::{MtpDrafter, TargetModel};
 use mtp_core::options::DraftOverrides;
-use mtp_core::schedule::ScheduleKind;
 use mtp_core::Backend;
 use runner::loading::{
     load_assistant, load_gguf_assistant, load_gguf_target, load_target, LoadOptions,
@@ -221,12 +220,7 @@ fn greedy_mtp_with_the_gguf_assistant_equals_plain<B: Backend>(b: &B) {
             }
             for (&depth, theirs) in &run.llama_by_depth {
                 let mut request = GenerateRequest::greedy(run.prompt.clone(), n);
-                request.draft = DraftOverrides {
-                    initial_draft_tokens: Some(depth),
-                    max_draft_tokens: Some(depth),
-                    schedule: Some(ScheduleKind::Constant),
-                    ..DraftOverrides::default()
-                };
+                request.draft = DraftOverrides::constant(depth);
                 let response = Engine::new(b, &target)
                     .with_drafter(&assistant)
                     .with_env(Arc::new(|_| None))

@@ -13,7 +13,6 @@ use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
 use mtp_core::model::TargetModel;
 use mtp_core::options::DraftOverrides;
 use mtp_core::quant::QuantScheme;
-use mtp_core::schedule::ScheduleKind;
 use mtp_core::Backend;
 use runner::loading::{load_assistant, load_target, LoadOptions, StoredQuant};
 use serde_json::Value;
@@ -113,12 +112,7 @@ fn greedy_mtp_over_quantized_experts_is_plain_greedy<B: Backend>(b: &B) {
     let plain = greedy(b, &target, &prompt, 16);
     for depth in [1, 2, 4] {
         let mut request = GenerateRequest::greedy(prompt.clone(), plain.len());
-        request.draft = DraftOverrides {
-            initial_draft_tokens: Some(depth),
-            max_draft_tokens: Some(depth),
-            schedule: Some(ScheduleKind::Constant),
-            ..DraftOverrides::default()
-        };
+        request.draft = DraftOverrides::constant(depth);
         let response = Engine::new(b, &target)
             .with_drafter(&assistant)
             .with_env(Arc::new(|_| None))

@@ -47,7 +47,7 @@ pub use plan::{auto_dtype, available_memory, estimate_memory, MemoryEstimate};
 pub use quantized::MlxQuantization;
 pub use tensors::{StoreStats, TensorStore};
 
-use crate::models::{Gemma4Assistant, Gemma4Target};
+use crate::models::{AssistantTarget, Gemma4Assistant, Gemma4Target};
 
 /// How to load a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,11 +215,12 @@ pub fn load_gguf_target_file<B: Backend>(
     Ok((model, stats))
 }
 
-/// Load a Gemma 4 assistant from the HF model directory `dir`, for `target`.
+/// Load a Gemma 4 assistant from the HF model directory `dir`, for `target` (a Gemma 4 or a
+/// Gemma 3 target).
 pub fn load_assistant<B: Backend>(
     backend: &B,
     dir: &Path,
-    target: &Gemma4Target<B>,
+    target: &dyn AssistantTarget,
     options: &LoadOptions,
 ) -> LoadResult<Gemma4Assistant<B>> {
     check_dtype(options, dir)?;
@@ -242,7 +243,7 @@ pub fn load_assistant<B: Backend>(
 pub fn load_gguf_assistant<B: Backend>(
     backend: &B,
     path: &Path,
-    target: &Gemma4Target<B>,
+    target: &dyn AssistantTarget,
     options: &LoadOptions,
     centroids: Option<&Path>,
 ) -> LoadResult<Gemma4Assistant<B>> {

@@ -189,7 +189,7 @@ impl<B: Backend> Gemma4Target<B> {
     }
 
     /// The sliding window a cache of layer `index` keeps (see the module docs).
-    fn ring_size(&self, index: usize) -> usize {
+    pub(crate) fn ring_size(&self, index: usize) -> usize {
         let w = self.resolved.config.sliding_window;
         if self.store_layer(LayerType::Sliding) == Some(index) {
             w + 1

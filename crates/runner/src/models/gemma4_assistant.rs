@@ -1,5 +1,8 @@
 //! The Gemma 4 assistant (HF `Gemma4AssistantForCausalLM`, `model_type: "gemma4_assistant"`) as
-//! an [`MtpDrafter`], written once over [`Backend`].
+//! an [`MtpDrafter`], written once over [`Backend`], for any target that describes itself as an
+//! [`AssistantTarget`]: Gemma 4, and Gemma 3 (whose last sliding and last full layer play the
+//! part of Gemma 4's store layers; HF's Gemma 3 cache keeps `sliding_window - 1` positions of a
+//! sliding layer, so its assistant's window is at most two less).
 //!
 //! # One draft step
 //!
@@ -22,7 +25,7 @@
 //!   look back, so the query sees the `w + 1` most recent cached positions,
 //!   `position - w - 1 ..= position - 1`. In [`AttentionMask`] terms (`|q - k| < window`) that is
 //!   a window of `w + 2` at query position `position`; the target's sliding store cache keeps
-//!   `w + 1` positions for this reason (see [`Gemma4Target`]).
+//!   `w + 1` positions for this reason (see [`Gemma4Target`](crate::models::Gemma4Target)).
 //!
 //! Between rounds HF hands the assistant the keys of the whole verification forward, rejected
 //! drafts included (it slices by length only); the engine's caches are rolled back before the
@@ -42,8 +45,8 @@ use mtp_core::cache::CacheSet;
 use mtp_core::model::{DraftStep, MtpDrafter};
 use mtp_core::{AttentionBias, AttentionMask, Backend, Causality, CoreError, DType, ReduceOp};
 
+use super::assistant_host::{AssistantHost, AssistantTarget};
 use super::config::{ConfigProblem, Gemma4AssistantConfig, LayerType, ResolvedText};
-use super::gemma4::Gemma4Target;
 use super::layers::{DecoderLayer, LayerDims};
 use super::nn::{Embedding, Linear};
 use crate::loading::{ArrayLoader, LoadError, LoadResult};
@@ -126,45 +129,43 @@ pub struct Gemma4Assistant<B: Backend> {
     sources: BTreeMap<LayerType, usize>,
 }
 
-/// Check that the assistant fits `target` and return the target cache each layer type reads.
-fn bind_to_target<B: Backend>(
+/// Check that the assistant fits `host` and return the target cache each layer type reads.
+///
+/// The assistant's queries meet keys the target rotated: different RoPE frequencies are
+/// allowed (HF does not check them either) but said once, since such a pair only drafts well
+/// if it was trained that way.
+fn bind_to_target(
     config: &Gemma4AssistantConfig,
     resolved: &ResolvedText,
-    target: &Gemma4Target<B>,
+    host: &AssistantHost,
 ) -> LoadResult<BTreeMap<LayerType, usize>> {
     let mismatch = |reason: String| LoadError::DrafterMismatch { reason };
-    let t = target.config();
     let a = &resolved.config;
-    if config.backbone_hidden_size != t.config.hidden_size {
+    let family = host.family;
+    if config.backbone_hidden_size != host.hidden_size {
         return Err(mismatch(format!(
-            "backbone_hidden_size {} but the target's hidden_size is {}",
-            config.backbone_hidden_size, t.config.hidden_size
+            "backbone_hidden_size {} but the {family} target's hidden_size is {}",
+            config.backbone_hidden_size, host.hidden_size
         )));
     }
-    if a.vocab_size != t.config.vocab_size {
+    if a.vocab_size != host.vocab_size {
         return Err(mismatch(format!(
-            "vocab_size {} but the target's is {}",
-            a.vocab_size, t.config.vocab_size
-        )));
-    }
-    if a.sliding_window > t.config.sliding_window {
-        return Err(mismatch(format!(
-            "sliding_window {} exceeds the target's {} (its caches keep too little)",
-            a.sliding_window, t.config.sliding_window
+            "vocab_size {} but the {family} target's is {}",
+            a.vocab_size, host.vocab_size
         )));
     }
     let mut sources = BTreeMap::new();
     for (i, spec) in resolved.layers.iter().enumerate() {
-        let Some(source) = target.store_layer(spec.layer_type) else {
+        let Some(theirs) = host.sources.get(&spec.layer_type) else {
             return Err(mismatch(format!(
-                "layer {i} is {} but the target has no such layer",
+                "layer {i} is {} but the {family} target has no such layer",
                 spec.layer_type.hf_name()
             )));
         };
-        let theirs = &t.layers[source];
+        let source = theirs.index;
         if theirs.head_dim != spec.head_dim || theirs.kv_heads != spec.kv_heads {
             return Err(mismatch(format!(
-                "layer {i} ({}) expects {} KV heads of dim {}, the target's layer {source} has {} of dim {}",
+                "layer {i} ({}) expects {} KV heads of dim {}, the {family} target's layer {source} has {} of dim {}",
                 spec.layer_type.hf_name(),
                 spec.kv_heads,
                 spec.head_dim,
@@ -172,21 +173,51 @@ fn bind_to_target<B: Backend>(
                 theirs.head_dim
             )));
         }
+        // A sliding step sees the `sliding_window + 1` most recent positions (module docs).
+        if spec.layer_type == LayerType::Sliding {
+            if let Some(keeps) = theirs.keeps.filter(|&k| k < a.sliding_window + 1) {
+                return Err(mismatch(format!(
+                    "sliding_window {} reads the {family} target's last {} positions, but its \
+                     layer {source} keeps {keeps} (an assistant for this target needs a \
+                     sliding_window of at most {})",
+                    a.sliding_window,
+                    a.sliding_window + 1,
+                    keeps.saturating_sub(1)
+                )));
+            }
+        }
+        if !same_frequencies(&theirs.inv_freq, &spec.inv_freq) {
+            tracing::warn!(
+                layer = i,
+                target_layer = source,
+                "the assistant rotates its {} queries with other RoPE frequencies than the \
+                 {family} target's keys",
+                spec.layer_type.hf_name()
+            );
+        }
         sources.insert(spec.layer_type, source);
     }
     Ok(sources)
 }
 
+/// Whether two RoPE frequency tables agree (to f32 rounding).
+fn same_frequencies(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= 1e-6 * x.abs().max(y.abs()).max(f32::MIN_POSITIVE))
+}
+
 impl<B: Backend> Gemma4Assistant<B> {
     /// Build the assistant from the tensors of `loader` (HF `Gemma4AssistantForCausalLM` names),
-    /// checking that it fits `target`.
+    /// checking that it fits `target` (a Gemma 4 or Gemma 3 target: [`AssistantTarget`]).
     pub fn load(
         loader: &mut ArrayLoader<'_, B>,
         config: Gemma4AssistantConfig,
         resolved: ResolvedText,
-        target: &Gemma4Target<B>,
+        target: &dyn AssistantTarget,
     ) -> LoadResult<Self> {
-        let sources = bind_to_target(&config, &resolved, target)?;
+        let sources = bind_to_target(&config, &resolved, &target.assistant_host())?;
         let c = &resolved.config;
         let (v, h, hb) = (c.vocab_size, c.hidden_size, config.backbone_hidden_size);
         let eps = c.rms_norm_eps as f32;

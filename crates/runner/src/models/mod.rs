@@ -3,6 +3,7 @@
 //! `model_type`s the loader builds. See `README.md` in this folder for where each Gemma 4
 //! config field is implemented.
 
+pub mod assistant_host;
 pub mod config;
 pub mod gemma3;
 pub mod gemma4;
@@ -15,6 +16,7 @@ pub mod nn;
 mod packed;
 pub mod registry;
 
+pub use assistant_host::{AssistantHost, AssistantTarget};
 pub use gemma3::Gemma3Target;
 pub use gemma4::Gemma4Target;
 pub use gemma4_assistant::Gemma4Assistant;

@@ -19,7 +19,7 @@ use mtp_core::options::MtpDefaults;
 use mtp_core::Backend;
 
 use super::gemma3::{self, Gemma3Target};
-use super::{Gemma4Assistant, Gemma4Target};
+use super::{AssistantTarget, Gemma4Assistant, Gemma4Target};
 use crate::loading::gguf::{is_gguf_path, GgufError, GgufFile};
 use crate::loading::{
     load_assistant, load_gguf_assistant, load_gguf_target_file, load_target_reporting,
@@ -71,6 +71,9 @@ pub struct Registration {
     pub family: Family,
     /// Target or drafter.
     pub role: Role,
+    /// For a drafter, the families of the targets it drafts for (it reads their caches and
+    /// embeddings); empty for a target.
+    pub drafts_for: &'static [Family],
 }
 
 /// Every `model_type` the loader builds.
@@ -80,30 +83,35 @@ pub const REGISTRY: &[Registration] = &[
         hf_class: "Gemma4ForConditionalGeneration",
         family: Family::Gemma4,
         role: Role::Target,
+        drafts_for: &[],
     },
     Registration {
         model_type: "gemma4_text",
         hf_class: "Gemma4ForCausalLM",
         family: Family::Gemma4,
         role: Role::Target,
+        drafts_for: &[],
     },
     Registration {
         model_type: "gemma3",
         hf_class: "Gemma3ForConditionalGeneration",
         family: Family::Gemma3,
         role: Role::Target,
+        drafts_for: &[],
     },
     Registration {
         model_type: "gemma3_text",
         hf_class: "Gemma3ForCausalLM",
         family: Family::Gemma3,
         role: Role::Target,
+        drafts_for: &[],
     },
     Registration {
         model_type: "gemma4_assistant",
         hf_class: "Gemma4AssistantForCausalLM",
         family: Family::Gemma4,
         role: Role::Drafter,
+        drafts_for: &[Family::Gemma4, Family::Gemma3],
     },
 ];
 
@@ -123,6 +131,15 @@ pub fn model_types(role: Role) -> Vec<&'static str> {
     REGISTRY
         .iter()
         .filter(|r| r.role == role)
+        .map(|r| r.model_type)
+        .collect()
+}
+
+/// The `model_type`s of the drafters that draft for targets of `family`.
+pub fn drafters_for(family: Family) -> Vec<&'static str> {
+    REGISTRY
+        .iter()
+        .filter(|r| r.role == Role::Drafter && r.drafts_for.contains(&family))
         .map(|r| r.model_type)
         .collect()
 }
@@ -347,10 +364,11 @@ impl<B: Backend> MtpDrafter<B> for LoadedDrafter<B> {
 }
 
 /// Load the MTP drafter in `dir` for `target` with the family its `model_type` is registered
-/// to, which must be the target's: a drafter reads its target's caches and embeddings, so a
-/// drafter of another family is [`LoadError::DrafterMismatch`] (naming both families and what
-/// drafts for the target instead), and a `model_type` registered as no drafter is
-/// [`LoadError::UnknownModelType`].
+/// to, which must draft for the target's family ([`Registration::drafts_for`]: a Gemma 4
+/// assistant drafts for Gemma 4 and Gemma 3 targets): a drafter reads its target's caches and
+/// embeddings, so one that does not draft for the target's family is
+/// [`LoadError::DrafterMismatch`] (naming both families and what drafts for the target
+/// instead), and a `model_type` registered as no drafter is [`LoadError::UnknownModelType`].
 pub fn load_drafter_model<B: Backend>(
     backend: &B,
     dir: &Path,
@@ -371,18 +389,8 @@ pub fn load_drafter_with_centroids<B: Backend>(
     centroids: Option<&Path>,
 ) -> LoadResult<LoadedDrafter<B>> {
     if is_gguf_path(path) {
-        return match target {
-            LoadedTarget::Gemma4(target) => {
-                load_gguf_assistant(backend, path, target, options, centroids)
-                    .map(LoadedDrafter::Gemma4)
-            }
-            other => Err(LoadError::DrafterMismatch {
-                reason: format!(
-                    "a Gemma 4 assistant GGUF cannot draft for a {} target",
-                    other.family()
-                ),
-            }),
-        };
+        return load_gguf_assistant(backend, path, host_of(target), options, centroids)
+            .map(LoadedDrafter::Gemma4);
     }
     if let Some(centroids) = centroids {
         return Err(LoadError::DrafterMismatch {
@@ -395,17 +403,28 @@ pub fn load_drafter_with_centroids<B: Backend>(
     }
     let dir = path;
     let registration = registration_of(dir, Role::Drafter)?;
-    match (registration.family, target) {
-        (Family::Gemma4, LoadedTarget::Gemma4(target)) => {
-            load_assistant(backend, dir, target, options).map(LoadedDrafter::Gemma4)
+    if !registration.drafts_for.contains(&target.family()) {
+        return Err(family_mismatch(registration, target.family()));
+    }
+    match registration.family {
+        Family::Gemma4 => {
+            load_assistant(backend, dir, host_of(target), options).map(LoadedDrafter::Gemma4)
         }
-        (_, other) => Err(family_mismatch(registration, other.family())),
+        Family::Gemma3 => Err(family_mismatch(registration, target.family())),
+    }
+}
+
+/// `target` as a Gemma 4 assistant sees it.
+fn host_of<B: Backend>(target: &LoadedTarget<B>) -> &dyn AssistantTarget {
+    match target {
+        LoadedTarget::Gemma4(model) => model,
+        LoadedTarget::Gemma3(model) => model,
     }
 }
 
 /// The error of the `drafter` registration given for a target of the `target` family.
 fn family_mismatch(drafter: &Registration, target: Family) -> LoadError {
-    let drafters = family_model_types(target, Role::Drafter);
+    let drafters = drafters_for(target);
     let instead = if drafters.is_empty() {
         format!("no MTP drafter exists for {target} targets: draft with prompt lookup (--draft-kind ngram)")
     } else {
