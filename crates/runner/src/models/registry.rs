@@ -207,6 +207,14 @@ impl<B: Backend> LoadedTarget<B> {
         }
     }
 
+    /// The model as a Gemma 4 assistant sees it (every family can host one).
+    pub fn as_assistant_target(&self) -> &dyn AssistantTarget {
+        match self {
+            Self::Gemma4(model) => model,
+            Self::Gemma3(model) => model,
+        }
+    }
+
     fn model(&self) -> &dyn TargetModel<B> {
         match self {
             Self::Gemma4(model) => model,
@@ -389,8 +397,14 @@ pub fn load_drafter_with_centroids<B: Backend>(
     centroids: Option<&Path>,
 ) -> LoadResult<LoadedDrafter<B>> {
     if is_gguf_path(path) {
-        return load_gguf_assistant(backend, path, host_of(target), options, centroids)
-            .map(LoadedDrafter::Gemma4);
+        return load_gguf_assistant(
+            backend,
+            path,
+            target.as_assistant_target(),
+            options,
+            centroids,
+        )
+        .map(LoadedDrafter::Gemma4);
     }
     if let Some(centroids) = centroids {
         return Err(LoadError::DrafterMismatch {
@@ -407,18 +421,9 @@ pub fn load_drafter_with_centroids<B: Backend>(
         return Err(family_mismatch(registration, target.family()));
     }
     match registration.family {
-        Family::Gemma4 => {
-            load_assistant(backend, dir, host_of(target), options).map(LoadedDrafter::Gemma4)
-        }
+        Family::Gemma4 => load_assistant(backend, dir, target.as_assistant_target(), options)
+            .map(LoadedDrafter::Gemma4),
         Family::Gemma3 => Err(family_mismatch(registration, target.family())),
-    }
-}
-
-/// `target` as a Gemma 4 assistant sees it.
-fn host_of<B: Backend>(target: &LoadedTarget<B>) -> &dyn AssistantTarget {
-    match target {
-        LoadedTarget::Gemma4(model) => model,
-        LoadedTarget::Gemma3(model) => model,
     }
 }
 
