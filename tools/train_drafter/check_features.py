@@ -3,7 +3,7 @@
 our engine from an HF Gemma 3 or Gemma 4 directory, or a GGUF converted from one) is run through
 HF's model with a cache, and the post-norm hidden states, the cached keys and values of the two
 layers an assistant reads, and the top-k log-probabilities must agree (f16 storage: 1e-2
-relative). HF's cache keeps a sliding layer's last `sliding_window - 1` positions: those are
+relative), and so must every token's input embedding (`embeddings.f16`). HF's cache keeps a sliding layer's last `sliding_window - 1` positions: those are
 compared.
 
     python3 tools/train_drafter/check_features.py --hf tests/fixtures/gemma3/tiny/hf --features /tmp/tf
@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -54,6 +55,11 @@ def main() -> None:
             checks[f"{kind}.values"] = (ours_v[:, :, -kept:], layer.values)
         for name, (ours, theirs) in checks.items():
             worst[name] = max(worst.get(name, 0.0), rel(ours, theirs))
+    vocab, hidden = feats.meta["vocab_size"], feats.meta["hidden_size"]
+    ours = torch.from_numpy(np.fromfile(args.features / "embeddings.f16", dtype="<f2").astype(np.float32))
+    with torch.no_grad():
+        theirs = model.get_input_embeddings()(torch.arange(vocab)).float()
+    worst["embeddings"] = rel(ours.view(vocab, hidden), theirs)
     for name, err in worst.items():
         print(f"{name}: max rel err {err:.2e}")
     bad = {n: e for n, e in worst.items() if e > args.tolerance}

@@ -28,6 +28,9 @@
 //! | `topk_ids.u32`, `topk_logp.f16` | `window × top_k` | the target's `top_k` most likely next tokens and their log-probabilities |
 //!
 //! All little-endian; `meta.json` gives the sizes, the layers and how many windows are complete.
+//! `embeddings.f16` (`vocab × hidden`, written once) holds the target's input embedding of every
+//! token as the assistant receives it (`token_embeddings`: Gemma's scaled embedding): the
+//! trainer's token inputs, and the start of its LM head and centroids.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -201,6 +204,28 @@ fn features<B: Backend>(
     })
 }
 
+/// Every token's input embedding, `vocab × hidden` f16, to `path`.
+fn write_embeddings<B: Backend>(
+    b: &B,
+    target: &dyn TargetModel<B>,
+    path: &Path,
+) -> Result<(), Failure> {
+    const CHUNK: usize = 8192;
+    let vocab = target.vocab_size() as u32;
+    let mut file = File::create(path)?;
+    let mut start = 0;
+    while start < vocab {
+        let end = (start + CHUNK as u32).min(vocab);
+        let ids: Vec<u32> = (start..end).collect();
+        let rows = b.from_u32(&ids, &[1, ids.len()])?;
+        let embedded = b.cast(&target.token_embeddings(b, &rows)?, DType::F32)?;
+        file.write_all(&f16_bytes(&b.to_vec_f32(&embedded)?))?;
+        start = end;
+    }
+    file.sync_all()?;
+    Ok(())
+}
+
 /// The corpus's windows, in order.
 fn windows(
     pipeline: &Pipeline<CandleBackend>,
@@ -316,6 +341,12 @@ fn main() -> Result<(), Failure> {
         files.push(file);
     }
     let b = pipeline.backend();
+    let embeddings = args.out.join("embeddings.f16");
+    if !embeddings.exists() {
+        let partial = args.out.join("embeddings.f16.partial");
+        write_embeddings(b, target, &partial)?;
+        std::fs::rename(&partial, &embeddings)?;
+    }
     let started = std::time::Instant::now();
     for (i, ids) in all.iter().enumerate().take(total).skip(done) {
         let window = features(b, target, &layers, ids, args.top_k)?;
