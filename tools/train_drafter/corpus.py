@@ -9,7 +9,8 @@ registries, split into training and held-out documents, as the JSONL `drafter_fe
   back into prose (`detokenize`); one document per sample.
 
 Every `HELDOUT_EVERY`-th document of each source is held out (`heldout.jsonl`): the acceptance
-the trainer reports is measured there. The benchmark's prompt sets (tools/bench_peers/prompts)
+the trainer reports is measured there. Both files are shuffled (seeded), so that any prefix of
+them (`drafter_features --max-windows`) mixes the sources. The benchmark's prompt sets (tools/bench_peers/prompts)
 are not drawn from either source.
 
     python3 tools/train_drafter/corpus.py --brown /tmp/brown/package --out /tmp/drafter-corpus
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import sys
 from pathlib import Path
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train_tiny_pair"))
 from corpus import read_chapters  # noqa: E402  (tools/train_tiny_pair/corpus.py)
 
 HELDOUT_EVERY = 20
+SEED = 0
 
 _NO_SPACE_BEFORE = re.compile(r" ([.,;:!?)\]}%']|'s\b|n't\b|'re\b|'ve\b|'ll\b|'d\b|'m\b)")
 _NO_SPACE_AFTER = re.compile(r"([(\[{$]) ")
@@ -64,14 +67,16 @@ def main() -> None:
         "brown": brown_documents(args.brown),
     }
     args.out.mkdir(parents=True, exist_ok=True)
+    parts: dict[str, list[str]] = {"train": [], "heldout": []}
     counts = {}
-    with open(args.out / "train.jsonl", "w") as train, open(args.out / "heldout.jsonl", "w") as held:
-        for name, docs in sources.items():
-            for i, text in enumerate(docs):
-                held_out = i % HELDOUT_EVERY == HELDOUT_EVERY // 2
-                (held if held_out else train).write(json.dumps({"source": name, "text": text}) + "\n")
-                key = (name, "heldout" if held_out else "train")
-                counts[key] = counts.get(key, 0) + 1
+    for name, docs in sources.items():
+        for i, text in enumerate(docs):
+            part = "heldout" if i % HELDOUT_EVERY == HELDOUT_EVERY // 2 else "train"
+            parts[part].append(json.dumps({"source": name, "text": text}))
+            counts[(name, part)] = counts.get((name, part), 0) + 1
+    for part, lines in parts.items():
+        random.Random(SEED).shuffle(lines)
+        (args.out / f"{part}.jsonl").write_text("".join(line + "\n" for line in lines))
     for (name, part), n in sorted(counts.items()):
         print(f"{name} {part}: {n} documents")
 

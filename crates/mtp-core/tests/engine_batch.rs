@@ -15,7 +15,7 @@ use mtp_core::engine::batch::{
     serve, serve_with_memory, BatchOptions, BatchReport, PolicyMemory, SpeculationPolicy,
 };
 use mtp_core::engine::{
-    CancelToken, DoneReason, Engine, EvalOverlap, GenerateRequest, SinkFlow, TokenSink,
+    CancelToken, DiscardSink, DoneReason, Engine, EvalOverlap, GenerateRequest, SinkFlow, TokenSink,
 };
 use mtp_core::model::TargetModel;
 use mtp_core::options::ValidationMode;
@@ -110,11 +110,7 @@ fn quietly(
     engine: &Engine<'_, B>,
     request: &GenerateRequest,
 ) -> Result<mtp_core::engine::Response, <B as mtp_core::Backend>::Error> {
-    engine.generate(
-        request,
-        &mut mtp_core::engine::DiscardSink,
-        &CancelToken::new(),
-    )
+    engine.generate(request, &mut DiscardSink, &CancelToken::new())
 }
 
 fn batched(
@@ -478,4 +474,75 @@ fn a_model_that_panics_inside_a_batched_pass_fails_its_pass_and_nothing_hangs() 
     let outcomes = outcomes.into_inner().unwrap();
     assert_eq!(outcomes.len(), 4, "every job ended: {outcomes:?}");
     assert!(outcomes.contains(&(7, false)), "{outcomes:?}");
+}
+
+/// Sleeps `pause` on every token (a slow client's stream).
+struct SlowSink {
+    pause: Duration,
+}
+
+impl TokenSink for SlowSink {
+    fn token(&mut self, _id: u32) -> SinkFlow {
+        std::thread::sleep(self.pause);
+        SinkFlow::Continue
+    }
+}
+
+/// A member's draft schedule learns from its own time: the rounds it reports leave out the
+/// time it waited while another member of its batch worked (here a stream that sleeps 20 ms on
+/// every token), so a slow neighbour does not make its plain rounds look dear.
+#[test]
+fn a_member_times_its_rounds_without_its_neighbours_work() {
+    let b = B::default();
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let target = target(random_config(&mut rng, 11));
+    let drafter = TinyDrafter::new(&b, &target, TinyDrafterConfig::default()).unwrap();
+    let engine = Engine::new(&b, &target)
+        .with_env(no_env())
+        .with_drafter(&drafter);
+    let mut request = GenerateRequest::greedy(vec![1, 2, 3], 12);
+    request.draft = draft(ScheduleKind::Constant, ValidationMode::Batched, 1);
+    request.eos = Vec::new();
+    let pause = Duration::from_millis(20);
+    let quick: Mutex<Option<(mtp_core::engine::Response, Duration)>> = Mutex::new(None);
+    let mut jobs = vec![0, 1].into_iter();
+    let options = BatchOptions {
+        max_batch: 2,
+        prefill_chunk: 64,
+        policy: SpeculationPolicy::Always,
+    };
+    serve(
+        &engine,
+        &options,
+        move || jobs.next(),
+        |member, job: usize| {
+            let started = std::time::Instant::now();
+            if job == 0 {
+                let mut sink = SlowSink { pause };
+                member
+                    .generate(&request, &mut sink, &CancelToken::new())
+                    .unwrap();
+            } else {
+                let response = member
+                    .generate(&request, &mut DiscardSink, &CancelToken::new())
+                    .unwrap();
+                *quick.lock().unwrap() = Some((response, started.elapsed()));
+            }
+        },
+    )
+    .unwrap();
+    let (response, wall) = quick.into_inner().unwrap().expect("the quick job ran");
+    let rounds = &response.mtp.as_ref().expect("an MTP run").round_log;
+    // The quick member waited for its neighbour's stream pass after pass...
+    assert!(
+        wall >= pause * 4,
+        "the neighbour did not slow the batch: {wall:?}"
+    );
+    // ...and none of its rounds counts that wait.
+    let slowest = rounds.iter().map(|r| r.secs).fold(0.0, f64::max);
+    assert!(
+        slowest < pause.as_secs_f64() / 2.0,
+        "a round counted {slowest:.4} s of a neighbour's work (rounds: {})",
+        rounds.len()
+    );
 }

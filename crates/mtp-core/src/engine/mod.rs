@@ -178,10 +178,21 @@ pub struct Engine<'m, B: Backend> {
 
 /// Says, before each speculative round, whether the round may draft; a round that may not is a
 /// plain step. A continuous batch uses it to turn speculation off where it stops paying at the
-/// current batch size ([`batch`]).
+/// current batch size ([`batch`]), and to tell the sequence which of its wall time was spent on
+/// other sequences' work.
 pub trait SpeculationSwitch {
     /// Whether the next round may draft.
     fn speculate(&self) -> bool;
+
+    /// Time so far that this sequence's generation waited on work not its own (a monotonic
+    /// total): in a batch, the other sequences' host work and their share of each batched pass.
+    /// The engine leaves it out of the round times its draft schedule learns from, so that a
+    /// schedule in a batch weighs what its own drafting costs (its own host time and its share
+    /// of the passes), as it does alone; otherwise another sequence's slow work would look like
+    /// the cost of this one's plain rounds. Zero by default (a sequence alone).
+    fn others_time(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// What the engine drafts with: borrowed, so an engine is cheap to clone and drops nothing.

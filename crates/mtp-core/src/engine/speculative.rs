@@ -253,7 +253,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             && !self.session.cancelled()
             && !self.session.constraint_exhausted()?
         {
-            let started = Instant::now();
+            let started = RoundTimer::start(self.switch);
             let validation = self.validation();
             let remaining = self.session.remaining();
             // Early drafts serve only the round they were built for.
@@ -294,7 +294,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                         drafted: 0,
                         judged: 0,
                         accepted: 0,
-                        elapsed: started.elapsed(),
+                        elapsed: started.elapsed(self.switch),
                     },
                 );
                 self.session.emit(next);
@@ -338,7 +338,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                     drafted: proposal.depth,
                     judged,
                     accepted: verdict.accepted,
-                    elapsed: started.elapsed() + drafted_before,
+                    elapsed: started.elapsed(self.switch) + drafted_before,
                 },
             );
             if !proposal.forced {
@@ -599,5 +599,28 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             self.session.current = next;
             self.session.emit(next);
         }
+    }
+}
+
+/// The time of a round as its schedule learns it: wall time less what the sequence spent
+/// waiting on others ([`SpeculationSwitch::others_time`]).
+struct RoundTimer {
+    started: Instant,
+    others: Duration,
+}
+
+impl RoundTimer {
+    fn start(switch: Option<&dyn SpeculationSwitch>) -> Self {
+        Self {
+            started: Instant::now(),
+            others: switch.map(|s| s.others_time()).unwrap_or_default(),
+        }
+    }
+
+    fn elapsed(&self, switch: Option<&dyn SpeculationSwitch>) -> Duration {
+        let others = switch.map(|s| s.others_time()).unwrap_or_default();
+        self.started
+            .elapsed()
+            .saturating_sub(others.saturating_sub(self.others))
     }
 }

@@ -25,6 +25,8 @@ pub(super) struct GatedTarget<'y, J, B: Backend> {
     last_start: Cell<Option<usize>>,
     /// Whether the member has asked for logits yet: its forwards before that are its prompt's.
     decoding: Cell<bool>,
+    /// The member's place (its others-time account in [`Shared`]).
+    place: usize,
 }
 
 impl<'y, J, B: Backend> GatedTarget<'y, J, B> {
@@ -32,6 +34,7 @@ impl<'y, J, B: Backend> GatedTarget<'y, J, B> {
         yielder: &'y PlaceYielder<J, B>,
         target: &'y dyn TargetModel<B>,
         shared: &'y Shared,
+        place: usize,
     ) -> Self {
         Self {
             yielder,
@@ -39,6 +42,7 @@ impl<'y, J, B: Backend> GatedTarget<'y, J, B> {
             shared,
             last_start: Cell::new(None),
             decoding: Cell::new(false),
+            place,
         }
     }
 
@@ -64,7 +68,7 @@ impl<'y, J, B: Backend> GatedTarget<'y, J, B> {
     fn park(&self, work: Work<B>) -> Done<B> {
         match self.yielder.suspend(Parked::Work(work)) {
             Resume::Done(done) => done,
-            Resume::Job(_) | Resume::Stop => Done::Unembed(Err(CoreError::Model(
+            Resume::Job { .. } | Resume::Stop => Done::Unembed(Err(CoreError::Model(
                 "a batch member was resumed without its work's result".into(),
             )
             .into())),
@@ -104,6 +108,10 @@ impl<'y, J, B: Backend> GatedTarget<'y, J, B> {
 impl<J, B: Backend> SpeculationSwitch for GatedTarget<'_, J, B> {
     fn speculate(&self) -> bool {
         self.shared.speculate()
+    }
+
+    fn others_time(&self) -> std::time::Duration {
+        self.shared.others_time(self.place)
     }
 }
 

@@ -53,9 +53,15 @@
 //! rounds — the target's time per round as a function of sequences and rows, and per sequence
 //! the tokens, rows and own time of a round with and without drafting — and runs, at each batch
 //! size, the mode it predicts faster (see `policy.rs`); a member's round that may not draft is a
-//! plain step. Each member keeps the engine's evaluation overlap ([`EvalOverlap`]): on a lazy
-//! backend the first member to start its slice of a pass starts the whole pass on the device,
-//! and the members' drafting, emission and graph building run beside it.
+//! plain step. Under either policy each member's own draft schedule keeps choosing its depth,
+//! from round times that count only the member's own work: its host time and its share of each
+//! pass by the same cost model (what its rows add, plus an equal part of the fixed cost); the
+//! time it waited on the other members is left out ([`SpeculationSwitch::others_time`]), so a
+//! slow neighbour does not make its plain rounds look dear.
+//!
+//! Each member keeps the engine's evaluation overlap ([`EvalOverlap`]): on a lazy backend the
+//! first member to start its slice of a pass starts the whole pass on the device, and the
+//! members' drafting, emission and graph building run beside it.
 
 mod member;
 mod pass;
@@ -72,7 +78,7 @@ pub use source::{JobSource, JobWait, NextJob};
 
 use super::Engine;
 #[cfg(doc)]
-use super::EvalOverlap;
+use super::{EvalOverlap, SpeculationSwitch};
 use crate::{Backend, CoreError};
 use member::GatedTarget;
 use scheduler::{Parked, PlaceYielder, Resume, Shared};
@@ -189,14 +195,14 @@ where
     R: Fn(&Engine<'_, B>, J),
 {
     options.validate()?;
-    let shared = Shared::default();
+    let shared = Shared::new(options.max_batch);
     let chunk = options.prefill_chunk;
     let body = |yielder: &PlaceYielder<J, B>, first: Resume<J, B>| {
         let mut input = first;
         loop {
             match input {
-                Resume::Job(job) => {
-                    let target = GatedTarget::new(yielder, engine.target, &shared);
+                Resume::Job { job, place } => {
+                    let target = GatedTarget::new(yielder, engine.target, &shared, place);
                     let member = engine
                         .clone()
                         .with_target(&target)

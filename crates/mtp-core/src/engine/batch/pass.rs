@@ -20,6 +20,17 @@ pub(super) enum Work<B: Backend> {
     Unembed { hidden: B::Array },
 }
 
+impl<B: Backend> Work<B> {
+    /// The rows (positions) the work runs.
+    pub fn rows(&self, backend: &B) -> usize {
+        let x = match self {
+            Work::Forward { ids, .. } => ids,
+            Work::Unembed { hidden } => hidden,
+        };
+        backend.shape(x).get(1).copied().unwrap_or(0)
+    }
+}
+
 /// The result of parked work.
 pub(super) enum Done<B: Backend> {
     Forward {

@@ -282,12 +282,17 @@ impl PolicyState {
 
     /// A round ended.
     pub fn round(&mut self, round: Round) {
-        if self.policy != SpeculationPolicy::Measured || round.batch == 0 {
+        if round.batch == 0 {
             return;
         }
+        // The target's cost model is fitted under every policy: it also splits each pass
+        // between its members ([`Self::pass_shares`]).
         if round.target_secs > 0.0 {
             self.fit
                 .add(round.batch as f64, round.rows as f64, round.target_secs);
+        }
+        if self.policy != SpeculationPolicy::Measured {
+            return;
         }
         self.size = round.batch;
         if !self.sizes.contains_key(&round.batch) {
@@ -337,6 +342,28 @@ impl PolicyState {
         let next = self.choose(round.batch, Some(secs));
         if let Some(size) = self.sizes.get_mut(&round.batch) {
             size.current = next;
+        }
+    }
+
+    /// Each item's share of a pass whose items run `rows` rows each (shares sum to 1): by the
+    /// target's cost model `a + b·n + c·rows`, an item's marginal cost `b + c·rows_i` plus an
+    /// equal part of the fixed `a` (negative coefficients count as 0); by rows until the model
+    /// is fitted. So a member's drafts are charged what they add to a batched pass, as a
+    /// sequence alone pays what its drafts add to its verify forward.
+    pub fn pass_shares(&self, rows: &[usize]) -> Vec<f64> {
+        let n = rows.len().max(1) as f64;
+        let weights: Vec<f64> = match self.fit.coefficients() {
+            Some([a, b, c]) if a.max(0.0) + b.max(0.0) + c.max(0.0) > 0.0 => rows
+                .iter()
+                .map(|&r| a.max(0.0) / n + b.max(0.0) + c.max(0.0) * r as f64)
+                .collect(),
+            _ => rows.iter().map(|&r| r.max(1) as f64).collect(),
+        };
+        let total: f64 = weights.iter().sum();
+        if total > 0.0 {
+            weights.iter().map(|w| w / total).collect()
+        } else {
+            vec![1.0 / n; rows.len()]
         }
     }
 

@@ -6,7 +6,7 @@
 //! at each pass that ran forwards; the policy then says whether the next rounds may draft.
 
 use std::cell::Cell;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use corosensei::{CoroutineResult, Yielder};
 
@@ -19,8 +19,8 @@ use crate::Backend;
 
 /// What a place is resumed with.
 pub(super) enum Resume<J, B: Backend> {
-    /// Start this job (the place was free).
-    Job(J),
+    /// Start this job (the place, index `place`, was free).
+    Job { job: J, place: usize },
     /// The result of the work the member parked.
     Done(Done<B>),
     /// The batch is over: return.
@@ -46,9 +46,31 @@ pub(super) struct Shared {
     decode_forwards: Cell<usize>,
     decode_rows: Cell<usize>,
     panicked: Cell<usize>,
+    /// Per place: the time its members waited on others' work (see [`Self::others_time`]).
+    others: Vec<Cell<Duration>>,
 }
 
 impl Shared {
+    /// The state of a batch of `places` places.
+    pub fn new(places: usize) -> Self {
+        Self {
+            others: (0..places).map(|_| Cell::new(Duration::ZERO)).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// The time members of `place` waited on other members' work so far (monotonic): what a
+    /// member's engine leaves out of its rounds ([`crate::engine::SpeculationSwitch`]).
+    pub fn others_time(&self, place: usize) -> Duration {
+        self.others.get(place).map(Cell::get).unwrap_or_default()
+    }
+
+    fn add_others_time(&self, place: usize, wait: Duration) {
+        if let Some(cell) = self.others.get(place) {
+            cell.set(cell.get() + wait);
+        }
+    }
+
     /// Whether rounds may draft now.
     pub fn speculate(&self) -> bool {
         self.speculate.get()
@@ -102,6 +124,15 @@ struct RoundClock {
     member_secs: f64,
 }
 
+/// A parked member's wait, to split into its own part and others'.
+#[derive(Default, Clone, Copy)]
+struct Wait {
+    /// When it parked (`None`: not parked).
+    since: Option<Instant>,
+    /// Its share of the passes run since.
+    own: Duration,
+}
+
 /// Drive `places` until `source` has ended and every job with it.
 pub(super) fn drive<J, B, S>(
     places: &mut [Place<'_, Resume<J, B>, Parked<B>>],
@@ -115,6 +146,7 @@ where
     S: JobSource<J> + ?Sized,
 {
     let mut states: Vec<State<J, B>> = places.iter().map(|_| State::Free).collect();
+    let mut waits = vec![Wait::default(); places.len()];
     let mut ended = false;
     let mut counts = PassCounts::default();
     let mut clock = RoundClock::default();
@@ -124,7 +156,7 @@ where
         // next job before the pass, so the pass is as full as the source allows).
         loop {
             let admitted = admit(&mut states, source, &mut ended);
-            let resumed = resume_ready(places, &mut states, &mut clock);
+            let resumed = resume_ready(places, &mut states, &mut waits, (&mut clock, shared));
             if admitted == 0 && resumed == 0 {
                 break;
             }
@@ -143,9 +175,20 @@ where
             }
             continue;
         }
+        let rows: Vec<(usize, usize)> = parked
+            .iter()
+            .map(|(slot, work)| (*slot, work.rows(backend)))
+            .collect();
         let started = Instant::now();
         let outcome = pass::run(backend, target, parked);
-        clock.target_secs += started.elapsed().as_secs_f64();
+        let spent = started.elapsed();
+        clock.target_secs += spent.as_secs_f64();
+        let widths: Vec<usize> = rows.iter().map(|(_, r)| *r).collect();
+        for ((slot, _), share) in rows.iter().zip(policy.pass_shares(&widths)) {
+            if let Some(wait) = waits.get_mut(*slot) {
+                wait.own += spent.mul_f64(share);
+            }
+        }
         counts.passes += outcome.calls;
         counts.items += outcome.results.len();
         counts.widest = counts.widest.max(outcome.results.len());
@@ -193,7 +236,7 @@ where
         let wait = if busy { JobWait::Poll } else { JobWait::Block };
         match source.next_job(wait) {
             NextJob::Job(job) => {
-                states[free] = State::Ready(Resume::Job(job));
+                states[free] = State::Ready(Resume::Job { job, place: free });
                 admitted += 1;
             }
             NextJob::NotYet => {
@@ -210,23 +253,37 @@ where
 }
 
 /// Resume every member with something to do until it parks or frees its place; returns how
-/// many were resumed.
+/// many were resumed. A member resumed after parking is first told how much of its wait was
+/// others' work (the wait less its share of the passes run meanwhile).
 fn resume_ready<J, B: Backend>(
     places: &mut [Place<'_, Resume<J, B>, Parked<B>>],
     states: &mut [State<J, B>],
-    clock: &mut RoundClock,
+    waits: &mut [Wait],
+    (clock, shared): (&mut RoundClock, &Shared),
 ) -> usize {
     let mut resumed = 0;
-    for (place, state) in places.iter_mut().zip(states.iter_mut()) {
+    for (slot, ((place, state), wait)) in places
+        .iter_mut()
+        .zip(states.iter_mut())
+        .zip(waits.iter_mut())
+        .enumerate()
+    {
         if !matches!(state, State::Ready(_)) {
             continue;
         }
         let State::Ready(input) = std::mem::replace(state, State::Free) else {
             continue;
         };
+        if let Some(since) = wait.since.take() {
+            shared.add_others_time(slot, since.elapsed().saturating_sub(wait.own));
+        }
+        wait.own = Duration::ZERO;
         let started = Instant::now();
         *state = match place.as_mut().resume(input) {
-            CoroutineResult::Yield(Parked::Work(work)) => State::Parked(work),
+            CoroutineResult::Yield(Parked::Work(work)) => {
+                wait.since = Some(Instant::now());
+                State::Parked(work)
+            }
             CoroutineResult::Yield(Parked::Free) => State::Free,
             CoroutineResult::Return(()) => State::Gone,
         };

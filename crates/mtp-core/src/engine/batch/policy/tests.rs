@@ -202,3 +202,32 @@ fn the_fit_recovers_a_linear_cost() {
     )
     .is_none());
 }
+
+#[test]
+fn a_pass_is_split_by_rows_until_fitted_then_by_marginal_cost() {
+    let mut p = PolicyState::new(SpeculationPolicy::Always);
+    // Nothing fitted: by rows (a drafting member with 4 rows beside a plain one).
+    let shares = p.pass_shares(&[4, 1]);
+    assert!((shares[0] - 0.8).abs() < 1e-12 && (shares[1] - 0.2).abs() < 1e-12);
+    // Fitted under a fixed policy too: a = 2, b = 0.5, c = 0.25 (per ms).
+    for (n, rows) in [(1, 1), (1, 4), (2, 5), (2, 8), (4, 4), (4, 16)] {
+        p.round(Round {
+            batch: n,
+            rows,
+            speculative: true,
+            target_secs: 2.0 + 0.5 * n as f64 + 0.25 * rows as f64,
+            member_secs: 0.0,
+            tokens: n,
+            decode_forwards: n,
+            decode_rows: rows,
+        });
+    }
+    let shares = p.pass_shares(&[4, 1]);
+    // a/2 + b + c·rows: 1 + 0.5 + 1 = 2.5 and 1 + 0.5 + 0.25 = 1.75 of 4.25.
+    assert!((shares[0] - 2.5 / 4.25).abs() < 1e-6, "{shares:?}");
+    assert!((shares[1] - 1.75 / 4.25).abs() < 1e-6, "{shares:?}");
+    // One member pays the whole pass; shares always sum to one.
+    assert_eq!(p.pass_shares(&[3]), vec![1.0]);
+    let sum: f64 = p.pass_shares(&[1, 2, 3, 9]).iter().sum();
+    assert!((sum - 1.0).abs() < 1e-12);
+}
