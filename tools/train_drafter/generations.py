@@ -43,7 +43,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     args = parser.parse_args()
     docs = [json.loads(line) for line in args.corpus.read_text().splitlines() if line.strip()]
-    done = len(args.out.read_text().splitlines()) if args.out.exists() else 0
+    done = 0
+    if args.out.exists():
+        # A line cut by a stop mid-write is dropped (and generated again).
+        lines = args.out.read_text().splitlines(keepends=True)
+        whole = [line for line in lines if line.endswith("\n")]
+        if len(whole) != len(lines):
+            args.out.write_text("".join(whole))
+        done = len(whole)
     with open(args.out, "a") as out:
         for i, doc in enumerate(docs[: args.count]):
             if i < done:

@@ -62,6 +62,17 @@ def assistant_config(meta: dict, args) -> Gemma4AssistantConfig:
     full), each layer type with the target's head geometry."""
     layers = meta["layers"]
     sliding, full = layers[S], layers[F_]
+    vocab = meta["vocab_size"]
+    if args.centroids & (args.centroids - 1) or vocab % args.centroids:
+        raise SystemExit(f"--centroids {args.centroids} must be a power of two dividing the vocabulary ({vocab})")
+    # The queries must rotate as the target's cached keys were rotated (plain RoPE at the bases).
+    for kind, base in ((S, args.rope_local_base), (F_, args.rope_base)):
+        theirs = torch.tensor(meta["inv_freq"][kind], dtype=torch.float64)
+        d = layers[kind]["head_dim"]
+        ours = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        if theirs.shape != ours.shape or not torch.allclose(theirs, ours, rtol=1e-5, atol=0):
+            raise SystemExit(f"the target's {kind} RoPE is not plain RoPE at base {base} "
+                             "(set --rope-base / --rope-local-base; scaled RoPE is not supported here)")
     if sliding["head_dim"] != full["head_dim"] or sliding["kv_heads"] != full["kv_heads"]:
         raise SystemExit("the target's two source layers differ in head geometry (not supported here)")
     types = [S] * (args.layers - 1) + [F_]
@@ -202,10 +213,14 @@ class Trainer:
         self.seconds = 0.0
         L = features.window
         self.masks = query_masks(L, args.sliding_window)
-        self.cluster_of = torch.empty(features.meta["vocab_size"], dtype=torch.long)
-        ordering = self.assistant.masked_embedding.token_ordering
-        per = ordering.numel() // args.centroids
-        self.cluster_of[ordering] = torch.arange(ordering.numel()) // per
+        self.cluster_of = self.clusters()
+
+    def clusters(self) -> torch.Tensor:
+        """Each token's cluster, from the assistant's token ordering."""
+        ordering = self.assistant.masked_embedding.token_ordering.long()
+        cluster_of = torch.empty(ordering.numel(), dtype=torch.long)
+        cluster_of[ordering] = torch.arange(ordering.numel()) // (ordering.numel() // self.args.centroids)
+        return cluster_of
 
     # -- checkpoints ---------------------------------------------------------------------------
     def state(self) -> dict:
@@ -225,6 +240,8 @@ class Trainer:
         self.step, self.history, self.seconds = state["step"], state["history"], state["seconds"]
         self.gen.set_state(state["gen"])
         torch.set_rng_state(state["torch"])
+        # The checkpoint's ordering (a buffer) replaced the freshly computed one.
+        self.cluster_of = self.clusters()
 
     # -- one batch -----------------------------------------------------------------------------
     def inputs(self, batch: dict):

@@ -279,10 +279,23 @@ fn main() -> Result<(), Failure> {
             .map(|s| (s.index, s.kv_heads, s.head_dim))
             .ok_or(format!("the target has no {} layer", layer_type.hf_name()))
     };
+    let frequencies = |layer_type: LayerType| {
+        host.sources
+            .get(&layer_type)
+            .map(|s| s.inv_freq.clone())
+            .unwrap_or_default()
+    };
     let layers = Layers {
         sliding: source(LayerType::Sliding)?,
         full: source(LayerType::Full)?,
     };
+    if args.top_k > host.vocab_size {
+        return Err(format!(
+            "--top-k {} exceeds the vocabulary ({})",
+            args.top_k, host.vocab_size
+        )
+        .into());
+    }
     let all = windows(&pipeline, &args.corpus, args.window)?;
     let total = all.len().min(args.max_windows);
     std::fs::create_dir_all(&args.out)?;
@@ -298,6 +311,11 @@ fn main() -> Result<(), Failure> {
             "sliding_attention": {"index": layers.sliding.0, "kv_heads": layers.sliding.1, "head_dim": layers.sliding.2},
             "full_attention": {"index": layers.full.0, "kv_heads": layers.full.1, "head_dim": layers.full.2},
         },
+        "inv_freq": {
+            "sliding_attention": frequencies(LayerType::Sliding),
+            "full_attention": frequencies(LayerType::Full),
+        },
+        "corpus_bytes": std::fs::metadata(&args.corpus)?.len(),
         "files": FILES,
         "windows": 0,
     });
@@ -313,7 +331,11 @@ fn main() -> Result<(), Failure> {
             }
             old["windows"].as_u64().unwrap_or(0) as usize
         }
-        Err(_) => 0,
+        Err(_) => {
+            // No record of what an earlier table belongs to: compute it again.
+            let _ = std::fs::remove_file(args.out.join("embeddings.f16"));
+            0
+        }
     };
     // Cut every file back to the windows recorded as complete.
     let row_bytes = {
@@ -337,7 +359,13 @@ fn main() -> Result<(), Failure> {
             .create(true)
             .append(true)
             .open(args.out.join(name))?;
-        file.set_len((done * bytes) as u64)?;
+        let complete = (done * bytes) as u64;
+        if file.metadata()?.len() < complete {
+            return Err(
+                format!("{name} is shorter than the {done} windows meta.json records").into(),
+            );
+        }
+        file.set_len(complete)?;
         files.push(file);
     }
     let b = pipeline.backend();
@@ -357,7 +385,9 @@ fn main() -> Result<(), Failure> {
             file.sync_data()?;
         }
         meta["windows"] = json!(i + 1);
-        std::fs::write(&meta_path, serde_json::to_string_pretty(&meta)?)?;
+        let partial = args.out.join("meta.json.partial");
+        std::fs::write(&partial, serde_json::to_string_pretty(&meta)?)?;
+        std::fs::rename(&partial, &meta_path)?;
         let rate = ((i + 1 - done) * args.window) as f64 / started.elapsed().as_secs_f64();
         eprintln!("window {}/{total}: {rate:.0} positions/s", i + 1);
     }

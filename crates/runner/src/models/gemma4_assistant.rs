@@ -176,6 +176,12 @@ fn bind_to_target(
         // A sliding step sees the `sliding_window + 1` most recent positions (module docs).
         if spec.layer_type == LayerType::Sliding {
             if let Some(keeps) = theirs.keeps.filter(|&k| k < a.sliding_window + 1) {
+                if keeps == 0 {
+                    return Err(mismatch(format!(
+                        "the {family} target's layer {source} keeps no position between \
+                         forwards: no sliding assistant layer fits it"
+                    )));
+                }
                 return Err(mismatch(format!(
                     "sliding_window {} reads the {family} target's last {} positions, but its \
                      layer {source} keeps {keeps} (an assistant for this target needs a \

@@ -57,7 +57,10 @@
 //! from round times that count only the member's own work: its host time and its share of each
 //! pass by the same cost model (what its rows add, plus an equal part of the fixed cost); the
 //! time it waited on the other members is left out ([`SpeculationSwitch::others_time`]), so a
-//! slow neighbour does not make its plain rounds look dear.
+//! slow neighbour does not make its plain rounds look dear. Two approximations remain: a pass
+//! holding forwards and unembeddings is split by the forwards' cost model, and on a lazy backend
+//! (MLX) a pass is timed while its graph is built, so its evaluation lands in the host time of
+//! the member that reads its result first.
 //!
 //! Each member keeps the engine's evaluation overlap ([`EvalOverlap`]): on a lazy backend the
 //! first member to start its slice of a pass starts the whole pass on the device, and the

@@ -186,6 +186,11 @@ where
         let widths: Vec<usize> = rows.iter().map(|(_, r)| *r).collect();
         for ((slot, _), share) in rows.iter().zip(policy.pass_shares(&widths)) {
             if let Some(wait) = waits.get_mut(*slot) {
+                let share = if share.is_finite() {
+                    share.clamp(0.0, 1.0)
+                } else {
+                    0.0
+                };
                 wait.own += spent.mul_f64(share);
             }
         }
