@@ -50,8 +50,12 @@ import torch
 import torch.nn.functional as F
 from transformers import Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4TextConfig
 
+# The tiny pair's modules first (its `corpus` is not this folder's), then this folder's.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from features import KINDS, Features, open_features  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train_tiny_pair"))
+from features import Features, open_features  # noqa: E402
+# The conditioning (masks, one chain step) is the tiny pair's, shared (tools/train_tiny_pair).
+from train_assistant import assistant_step as step_hidden, query_masks  # noqa: E402
 
 STEP_WEIGHTS = (1.0, 0.6, 0.4)
 S, F_ = "sliding_attention", "full_attention"
@@ -163,31 +167,6 @@ def initialise(assistant: Gemma4AssistantForCausalLM, embeddings: torch.Tensor, 
         masked.token_ordering.copy_(ordering)
         runs = head[ordering].view(masked.num_centroids, -1, width)
         masked.centroids.weight.copy_(runs.mean(1))
-
-
-def query_masks(length: int, window: int) -> dict[str, torch.Tensor]:
-    """Boolean masks [1, 1, length-1, length]: query t = 1..length-1 reads positions <= t-1, the
-    sliding layers the `window + 1` most recent of them."""
-    q = torch.arange(1, length).view(-1, 1)
-    j = torch.arange(length).view(1, -1)
-    full = j <= q - 1
-    sliding = full & (j >= q - 1 - window)
-    return {F_: full.view(1, 1, length - 1, length), S: sliding.view(1, 1, length - 1, length)}
-
-
-def step_hidden(assistant, tok_emb, h_in, masks, positions, shared) -> torch.Tensor:
-    """One chain step for the first `tok_emb.shape[1]` queries: the assistant's normed last hidden."""
-    valid = tok_emb.shape[1]
-    out = assistant.model(
-        inputs_embeds=assistant.pre_projection(torch.cat([tok_emb, h_in], dim=-1)),
-        attention_mask={n: m[:, :, :valid] for n, m in masks.items()},
-        position_ids=positions[:, :valid],
-        shared_kv_states=shared,
-        use_cache=False,
-        # Keeps every query row (HF otherwise slices KV-shared layers' inputs to the last token).
-        output_hidden_states=True,
-    )
-    return out.last_hidden_state
 
 
 def routed_argmax(assistant, hidden: torch.Tensor) -> torch.Tensor:

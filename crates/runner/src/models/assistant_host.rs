@@ -53,32 +53,34 @@ pub trait AssistantTarget {
     fn assistant_host(&self) -> AssistantHost;
 }
 
+/// The source layer of each attention type `source` finds.
+fn sources_by_type(
+    source: impl Fn(LayerType) -> Option<SourceLayer>,
+) -> BTreeMap<LayerType, SourceLayer> {
+    [LayerType::Sliding, LayerType::Full]
+        .into_iter()
+        .filter_map(|layer_type| source(layer_type).map(|s| (layer_type, s)))
+        .collect()
+}
+
 impl<B: Backend> AssistantTarget for Gemma4Target<B> {
     fn assistant_host(&self) -> AssistantHost {
         let t = self.config();
-        let sources = [LayerType::Sliding, LayerType::Full]
-            .into_iter()
-            .filter_map(|layer_type| {
-                let index = self.store_layer(layer_type)?;
-                let spec = t.layers.get(index)?;
-                let keeps = (layer_type == LayerType::Sliding).then(|| self.ring_size(index));
-                Some((
-                    layer_type,
-                    SourceLayer {
-                        index,
-                        kv_heads: spec.kv_heads,
-                        head_dim: spec.head_dim,
-                        inv_freq: spec.inv_freq.clone(),
-                        keeps,
-                    },
-                ))
-            })
-            .collect();
         AssistantHost {
             family: Family::Gemma4,
             hidden_size: t.config.hidden_size,
             vocab_size: t.config.vocab_size,
-            sources,
+            sources: sources_by_type(|layer_type| {
+                let index = self.store_layer(layer_type)?;
+                let spec = t.layers.get(index)?;
+                Some(SourceLayer {
+                    index,
+                    kv_heads: spec.kv_heads,
+                    head_dim: spec.head_dim,
+                    inv_freq: spec.inv_freq.clone(),
+                    keeps: (layer_type == LayerType::Sliding).then(|| self.ring_size(index)),
+                })
+            }),
         }
     }
 }
@@ -86,32 +88,24 @@ impl<B: Backend> AssistantTarget for Gemma4Target<B> {
 impl<B: Backend> AssistantTarget for Gemma3Target<B> {
     fn assistant_host(&self) -> AssistantHost {
         let c = self.config();
-        let sources = [LayerType::Sliding, LayerType::Full]
-            .into_iter()
-            .filter_map(|layer_type| {
-                let index = c.layers.iter().rposition(|l| l.layer_type == layer_type)?;
-                // HF's Gemma 3 cache keeps the last `sliding_window - 1` positions of a sliding
-                // layer between forwards (ours keeps one more); an assistant reading more than
-                // that would see keys HF's does not.
-                let keeps =
-                    (layer_type == LayerType::Sliding).then(|| c.sliding_window.saturating_sub(1));
-                Some((
-                    layer_type,
-                    SourceLayer {
-                        index,
-                        kv_heads: c.kv_heads,
-                        head_dim: c.head_dim,
-                        inv_freq: c.layers[index].inv_freq.clone(),
-                        keeps,
-                    },
-                ))
-            })
-            .collect();
         AssistantHost {
             family: Family::Gemma3,
             hidden_size: c.hidden_size,
             vocab_size: c.vocab_size,
-            sources,
+            sources: sources_by_type(|layer_type| {
+                let index = c.layers.iter().rposition(|l| l.layer_type == layer_type)?;
+                Some(SourceLayer {
+                    index,
+                    kv_heads: c.kv_heads,
+                    head_dim: c.head_dim,
+                    inv_freq: c.layers[index].inv_freq.clone(),
+                    // HF's Gemma 3 cache keeps the last `sliding_window - 1` positions of a
+                    // sliding layer between forwards (ours keeps one more); an assistant reading
+                    // more than that would see keys HF's does not.
+                    keeps: (layer_type == LayerType::Sliding)
+                        .then(|| c.sliding_window.saturating_sub(1)),
+                })
+            }),
         }
     }
 }

@@ -337,7 +337,7 @@ pub enum LoadedDrafter<B: Backend> {
 }
 
 impl<B: Backend> LoadedDrafter<B> {
-    /// The family of the drafter (always its target's).
+    /// The family of the drafter's code (a Gemma 4 assistant may draft for a Gemma 3 target).
     pub fn family(&self) -> Family {
         match self {
             Self::Gemma4(_) => Family::Gemma4,
