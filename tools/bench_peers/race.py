@@ -284,16 +284,22 @@ def main() -> int:
     return 0
 
 
+def prompt_file(args, set_name: str) -> Path:
+    """The prompt set `set_name`, or (`--max-prompts N`) a file of its first N prompts."""
+    prompts = PROMPTS / f"{set_name}.txt"
+    if args.max_prompts:
+        lines = [l for l in prompts.read_text().splitlines() if l.strip() and not l.startswith("#")]
+        prompts = args.out / f"{set_name}-first{args.max_prompts}.txt"
+        prompts.write_text("\n".join(lines[: args.max_prompts]) + "\n")
+    return prompts
+
+
 def run_real(args, report: dict) -> None:
     """The GGUF: ours and llama.cpp, per prompt set and sampling."""
     report["peer_build"]["system_info"] = peer_system_info(args)
     report["llama_bench"] = llama_bench(args)
     for set_name in args.sets.split(","):
-        prompts = PROMPTS / f"{set_name}.txt"
-        if args.max_prompts:
-            lines = [l for l in prompts.read_text().splitlines() if l.strip() and not l.startswith("#")]
-            prompts = args.out / f"{set_name}-first{args.max_prompts}.txt"
-            prompts.write_text("\n".join(lines[: args.max_prompts]) + "\n")
+        prompts = prompt_file(args, set_name)
         for sampling in args.samplings.split(","):
             tag = f"{set_name}-{sampling}"
             our = ours(args, prompts, sampling, set_name == "chat", args.out / f"ours-{tag}.json",

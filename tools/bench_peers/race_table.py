@@ -233,14 +233,20 @@ def main() -> int:
     if not args.update:
         sys.stdout.write(table)
         return 0
-    text = args.update.read_text()
-    if BEGIN not in text or END not in text:
-        print(f"{args.update} has no {BEGIN} ... {END} block", file=sys.stderr)
+    return update_block(args.update, (BEGIN, END), table)
+
+
+def update_block(path: Path, markers: tuple[str, str], table: str) -> int:
+    """Replace what stands between the `markers` lines of the Markdown file `path` with `table`."""
+    begin, end = markers
+    text = path.read_text()
+    if begin not in text or end not in text:
+        print(f"{path} has no {begin} ... {end} block", file=sys.stderr)
         return 1
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    args.update.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
-    print(f"updated {args.update}", file=sys.stderr)
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{begin}\n{table}{end}{tail}")
+    print(f"updated {path}", file=sys.stderr)
     return 0
 
 
