@@ -126,7 +126,7 @@ def render(r: dict) -> str:
                   f"prompt lookup could copy: median {share:.2f} (min–max {min(s['copyable_share']):.2f}–"
                   f"{max(s['copyable_share']):.2f}).", "",
                   "| mode | decode tok/s, median (min–max) | ÷ own plain | ÷ own plain, whole set | "
-                  "÷ llama.cpp plain | acceptance | accepted per round | acceptance at draft position 1, 2, 3, 4 "
+                  "÷ llama.cpp plain | acceptance | accepted per round | rounds accepting draft position 1, 2, 3, 4 "
                   "| output = own plain |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for run_name, variants in runs.items():
             own = variants["plain"]["per_prompt_tps"]
