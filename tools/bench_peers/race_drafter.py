@@ -116,7 +116,10 @@ def render(r: dict) -> str:
              f"`{r['ours_commit'][:10]}`{' (with uncommitted changes)' if r.get('ours_dirty') else ''}, "
              f"drafter `{r['draft']}`; llama.cpp `{r['peer_build'].get('commit', '?')}`. {r['num_predict']} "
              f"tokens per prompt, EOS ignored, {r['reps']} repetition(s). Raw: `race-drafter.json` and the "
-             f"`mtp bench` reports beside it.", ""]
+             f"`mtp bench` reports beside it."
+             + "".join(f" Then {x['sets']} in a later run ({x['started']} – {x['finished']}, ours at "
+                       f"`{x['ours_commit'][:10]}`, the same drafter and binary)." for x in r.get("later_runs", []))
+             + (f" Note: {r['note']}." if r.get("note") else ""), ""]
     for s in r["sets"]:
         runs = s["runs"]
         plain = runs["drafter"]["plain"]
