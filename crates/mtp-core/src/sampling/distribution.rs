@@ -99,7 +99,23 @@ impl Distribution {
             });
         }
         let total: f64 = weights.iter().sum();
-        let support = weights.iter().filter(|&&w| w != 0.0).count();
+        let zeros = weights.iter().filter(|&&w| w == 0.0).count();
+        Self::from_checked_weights(weights, total, zeros)
+    }
+
+    /// [`from_dense_weights`](Self::from_dense_weights) of weights already known finite and
+    /// non-negative, with their sum `total` (taken in ascending id order) and the number of
+    /// zero weights `zeros`: a caller that computes the weights itself (a softmax) folds those
+    /// into the pass that writes them and skips the checking passes. Bit for bit
+    /// `from_dense_weights`'s result.
+    ///
+    /// Errors when the weights are empty or `total` is not finite and positive.
+    pub(crate) fn from_checked_weights(
+        weights: Vec<f64>,
+        total: f64,
+        zeros: usize,
+    ) -> Result<Self, CoreError> {
+        const OP: &str = "Distribution::from_dense_weights";
         if weights.is_empty() || total.is_nan() || total <= 0.0 || !total.is_finite() {
             return Err(CoreError::InvalidArgument {
                 op: OP,
@@ -110,12 +126,14 @@ impl Distribution {
             });
         }
         let vocab = weights.len();
-        if support == vocab {
+        if zeros == 0 {
             let mut probs = weights;
+            let mut all_positive = true;
             for p in &mut probs {
                 *p /= total;
+                all_positive &= *p > 0.0;
             }
-            if probs.iter().fold(true, |all, &p| all & (p > 0.0)) {
+            if all_positive {
                 return Ok(Self {
                     vocab,
                     ids: Support::Every,
@@ -132,8 +150,8 @@ impl Distribution {
                 probs,
             });
         }
-        let mut ids = Vec::with_capacity(support);
-        let mut probs = Vec::with_capacity(support);
+        let mut ids = Vec::with_capacity(vocab - zeros);
+        let mut probs = Vec::with_capacity(vocab - zeros);
         for (id, &w) in weights.iter().enumerate() {
             let p = w / total;
             if p > 0.0 {

@@ -245,10 +245,17 @@ fn full_softmax(
         }
     }
     let max = weights.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    // Every weight is `exp` of a value <= 0 (or of -inf), so finite and in [0, 1] by
+    // construction: one pass writes them, sums them in ascending id order (as the candidate
+    // path does) and counts the zeros, and nothing needs checking afterwards.
+    let mut total = 0.0;
+    let mut zeros = 0usize;
     for w in &mut weights {
         *w = ((*w - max) / temperature).exp();
+        total += *w;
+        zeros += usize::from(*w == 0.0);
     }
-    Distribution::from_dense_weights(weights)
+    Distribution::from_checked_weights(weights, total, zeros)
 }
 
 /// Whether `row` (a [`LogitRow::Head`] with top-k off and no penalties) settles its survivors:
