@@ -222,6 +222,25 @@ class Trainer:
         # The checkpoint's ordering (a buffer) replaced the freshly computed one.
         self.cluster_of = self.clusters()
 
+    def freeze_quantized_head(self, bits: int, group_size: int) -> None:
+        """Puts the tied head on the grid it will be stored on (MLX's own affine quantization,
+        as `quantize.py` writes it) and freezes it, so the rest of the drafter trains against the
+        head inference reads. The 4-bit head alone costs the committed drafter about 7 points of
+        first-draft acceptance in the engine (0.38 -> 0.31 on the open prompts); the rest adapts
+        to the grid in a few hundred steps."""
+        import mlx.core as mx  # only this option needs MLX
+
+        weight = self.assistant.lm_head.weight
+        w = mx.array(weight.detach().numpy())
+        packed, scales, biases = mx.quantize(w, group_size=group_size, bits=bits)
+        # The stored scales and biases are bfloat16 (quantize.py): dequantize with those.
+        scales, biases = scales.astype(mx.bfloat16), biases.astype(mx.bfloat16)
+        grid = mx.dequantize(packed, scales.astype(mx.float32), biases.astype(mx.float32),
+                             group_size=group_size, bits=bits)
+        with torch.no_grad():
+            weight.copy_(torch.from_numpy(np.array(grid, dtype=np.float32)))
+        weight.requires_grad_(False)
+
     # -- one batch -----------------------------------------------------------------------------
     def inputs(self, batch: dict):
         x = batch["tokens"]
@@ -355,6 +374,11 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--eval-windows", type=int, default=32)
     parser.add_argument("--checkpoint-every", type=int, default=50)
+    parser.add_argument("--quantized-head", type=int, default=0, choices=[0, 2, 4, 8],
+                        help="train against the head quantized to this many bits (MLX affine, frozen); "
+                             "resume a float run with it for the last steps, then store with quantize.py "
+                             "at the same --bits / --group-size")
+    parser.add_argument("--quantized-head-group", type=int, default=64, choices=[32, 64, 128])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     features = open_features(args.features)
@@ -366,6 +390,9 @@ def main() -> None:
     if checkpoint.exists():
         trainer.load(checkpoint)
         print(f"resumed at step {trainer.step} ({trainer.seconds / 3600:.2f} CPU-h so far)", flush=True)
+    if args.quantized_head:
+        trainer.freeze_quantized_head(args.quantized_head, args.quantized_head_group)
+        print(f"head frozen on its {args.quantized_head}-bit grid from step {trainer.step}", flush=True)
     trainer.run(held, checkpoint)
     if args.export:
         card = {"target": features.meta["target"], "features": str(args.features),
