@@ -20,6 +20,13 @@ import mlx.core as mx
 HEAD = "model.embed_tokens"
 
 
+def quantize_head(weight, bits: int, group_size: int):
+    """The head as it is stored: MLX affine `(packed, scales, biases)`, scales and biases in
+    bfloat16. `train.py --quantized-head` trains against exactly this grid."""
+    packed, scales, biases = mx.quantize(weight.astype(mx.float32), group_size=group_size, bits=bits)
+    return packed, scales.astype(mx.bfloat16), biases.astype(mx.bfloat16)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--src", type=Path, required=True, help="the HF directory train.py exported")
@@ -34,10 +41,10 @@ def main() -> None:
     out = {}
     for name, value in tensors.items():
         if name == f"{HEAD}.weight":
-            packed, scales, biases = mx.quantize(value.astype(mx.float32), group_size=args.group_size, bits=args.bits)
+            packed, scales, biases = quantize_head(value, args.bits, args.group_size)
             out[name] = packed
-            out[f"{HEAD}.scales"] = scales.astype(mx.bfloat16)
-            out[f"{HEAD}.biases"] = biases.astype(mx.bfloat16)
+            out[f"{HEAD}.scales"] = scales
+            out[f"{HEAD}.biases"] = biases
         elif mx.issubdtype(value.dtype, mx.floating):
             out[name] = value.astype(mx.bfloat16)
         else:

@@ -10,7 +10,7 @@ mod gguf_support;
 
 use std::path::PathBuf;
 
-use gguf_support::{llama_cpp_reference, real_model};
+use gguf_support::{json_ids, llama_cpp_reference, real_model};
 use mtp_core::engine::{CancelToken, DiscardSink, GenerateRequest};
 use mtp_core::options::DraftOverrides;
 use mtp_core::Backend;
@@ -46,13 +46,7 @@ fn prompts(names: &[&str]) -> Vec<(String, Vec<u32>)> {
                 .iter()
                 .find(|p| p["name"] == *name)
                 .unwrap_or_else(|| panic!("no recorded prompt {name}"));
-            let ids = p["prompt_ids"]
-                .as_array()
-                .expect("ids")
-                .iter()
-                .map(|x| x.as_u64().expect("id") as u32)
-                .collect();
-            (name.to_string(), ids)
+            (name.to_string(), json_ids(&p["prompt_ids"]))
         })
         .collect()
 }

@@ -20,7 +20,7 @@ mod common;
 mod gguf_support;
 
 use common::ids_array;
-use gguf_support::{hf_transformers_reference, llama_cpp_reference, real_model};
+use gguf_support::{hf_transformers_reference, json_ids, llama_cpp_reference, real_model};
 use mtp_core::engine::{CancelToken, DiscardSink, GenerateRequest};
 use mtp_core::model::TargetModel;
 use mtp_core::options::{DraftOverrides, ValidationMode};
@@ -67,13 +67,6 @@ struct Case {
 }
 
 fn cases(reference: &serde_json::Value) -> Vec<Case> {
-    let ids = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .expect("ids")
-            .iter()
-            .map(|x| x.as_u64().expect("id") as u32)
-            .collect()
-    };
     reference["prompts"]
         .as_array()
         .expect("prompts")
@@ -81,8 +74,8 @@ fn cases(reference: &serde_json::Value) -> Vec<Case> {
         .map(|p| Case {
             name: p["name"].as_str().expect("name").to_string(),
             text: p["text"].as_str().unwrap_or_default().to_string(),
-            prompt_ids: ids(&p["prompt_ids"]),
-            greedy_ids: ids(&p["greedy_ids"]),
+            prompt_ids: json_ids(&p["prompt_ids"]),
+            greedy_ids: json_ids(&p["greedy_ids"]),
             top5: p["top5"]
                 .as_array()
                 .expect("top5")

@@ -42,6 +42,15 @@ pub fn llama_cpp_reference() -> serde_json::Value {
     reference("gemma3_270m_llama_cpp.json", "record_llama_cpp.py")
 }
 
+/// A recorded JSON array of token ids.
+pub fn json_ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("an array of ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
 /// HF transformers' reference of the real model, its GGUF dequantized to f32 (committed).
 pub fn hf_transformers_reference() -> serde_json::Value {
     reference("gemma3_270m_hf_transformers.json", "record_hf_gguf.py")
