@@ -1,11 +1,11 @@
 //! `top_k` along the last axis. On the CPU the values already live in host memory, so a
-//! selection with a `k`-entry heap per row (O(n log k)) replaces the trait default's full
-//! `argsort` of every row (a 262k-token vocabulary sorted per sampled row; the selection is
-//! [`mtp_core::sampling::best_k`]); on GPUs the default
+//! selection per row replaces the trait default's full `argsort` of every row (a 262k-token
+//! vocabulary sorted per sampled row; the selection is [`mtp_core::sampling::largest`]: chunk
+//! maxima bound the `k`-th value, a `k`-entry heap ranks what reaches it); on GPUs the default
 //! (sort, slice, gather) stays on the device.
 
 use candle_core::Tensor;
-use mtp_core::sampling::best_k;
+use mtp_core::sampling::largest;
 use mtp_core::{CoreError, SortOrder};
 
 use crate::error::Result;
@@ -41,13 +41,9 @@ pub(crate) fn top_k(x: &Tensor, k: usize) -> Result<(Tensor, Tensor)> {
     let mut values = Vec::with_capacity(data.len() / n * k);
     let mut indices = Vec::with_capacity(data.len() / n * k);
     for row in data.chunks(n) {
-        // f32 → f64 → f32 is exact; the order is a stable descending sort, NaN as -inf.
-        let items = row
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| (i as u32, f64::from(v)));
-        for (index, value) in best_k(items, k) {
-            values.push(value as f32);
+        // The order is a stable descending sort, NaN as -inf.
+        for (index, value) in largest(row, k) {
+            values.push(value);
             indices.push(index);
         }
     }

@@ -114,6 +114,9 @@ pub fn residual_distribution(
             rhs: vec![q.vocab_size()],
         });
     }
+    if let Some(residual) = p.softmax_residual(q, RESIDUAL_EPSILON) {
+        return Ok(residual.unwrap_or_else(|| p.clone()));
+    }
     // Outside p's support the residual is max(0 - q, 0) = 0: only p's support is visited (in
     // ascending id order, the order of a dense sum).
     let (ids, residual): (Vec<u32>, Vec<f64>) = p

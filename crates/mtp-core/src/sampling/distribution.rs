@@ -1,6 +1,10 @@
-//! Probability distributions over the vocabulary, stored sparsely (the ids with positive mass)
-//! or, when every id has some, densely.
+//! Probability distributions over the vocabulary, stored sparsely (the ids with positive mass),
+//! densely when every id has some, or as a whole row's softmax weights with their blocked
+//! total (a softmax nothing truncated: nothing is normalised until a probability is asked for).
 
+use std::sync::Arc;
+
+use super::vector::SoftmaxRow;
 use crate::CoreError;
 
 /// Probabilities over a vocabulary of `vocab_size` tokens, summing to 1, stored as the ids with
@@ -12,22 +16,26 @@ use crate::CoreError;
 /// and inverse-CDF sampling give bit-for-bit the values of a dense representation. A
 /// distribution whose support is the whole vocabulary (a softmax nothing truncated) keeps no id
 /// list: `probs` is then indexed by id.
+///
+/// A whole row's softmax (temperature and penalties only) is kept as its `f32` weights and
+/// their blocked `f64` total ([`vector`](super::vector) states the rounding): `p(x)` is one
+/// weight over the total, and inverse-CDF sampling walks the block sums and then one block, so
+/// neither allocates nor sums the vocabulary again.
 #[derive(Clone, Debug)]
 pub struct Distribution {
     vocab: usize,
-    /// The ids with positive probability.
-    ids: Support,
-    /// `probs[i]` is the probability of the `i`-th id of the support.
-    probs: Vec<f64>,
+    masses: Masses,
 }
 
-/// Which ids a [`Distribution`] gives positive probability.
+/// How a [`Distribution`] holds its probabilities.
 #[derive(Clone, Debug)]
-enum Support {
-    /// Every id of the vocabulary (`probs` is indexed by id).
-    Every,
-    /// These ids, ascending.
-    Listed(Vec<u32>),
+enum Masses {
+    /// These ids (ascending) with these probabilities.
+    Listed { ids: Vec<u32>, probs: Vec<f64> },
+    /// Every id of the vocabulary, `probs` indexed by id.
+    Every(Vec<f64>),
+    /// Unnormalised softmax weights indexed by id, shared between clones.
+    Softmax(Arc<SoftmaxRow>),
 }
 
 impl PartialEq for Distribution {
@@ -46,11 +54,40 @@ impl Distribution {
         if id as usize >= vocab {
             return Err(CoreError::TokenOutOfVocab { id, vocab });
         }
-        Ok(Self {
+        Ok(Self::listed(vocab, vec![id], vec![1.0]))
+    }
+
+    fn listed(vocab: usize, ids: Vec<u32>, probs: Vec<f64>) -> Self {
+        Self {
             vocab,
-            ids: Support::Listed(vec![id]),
-            probs: vec![1.0],
+            masses: Masses::Listed { ids, probs },
+        }
+    }
+
+    /// A whole row's softmax from its weights (see the type's docs).
+    pub(crate) fn softmax(row: SoftmaxRow) -> Result<Self, CoreError> {
+        if !(row.total.is_finite() && row.total > 0.0) {
+            return Err(CoreError::InvalidArgument {
+                op: "Distribution::softmax",
+                message: format!(
+                    "{} weights sum to {}: need a finite positive sum",
+                    row.weights.len(),
+                    row.total
+                ),
+            });
+        }
+        Ok(Self {
+            vocab: row.weights.len(),
+            masses: Masses::Softmax(Arc::new(row)),
         })
+    }
+
+    /// The softmax row, when this distribution is one.
+    pub(crate) fn softmax_row(&self) -> Option<&SoftmaxRow> {
+        match &self.masses {
+            Masses::Softmax(row) => Some(row),
+            Masses::Listed { .. } | Masses::Every(_) => None,
+        }
     }
 
     /// Normalises non-negative dense weights (one per token id) into a distribution.
@@ -136,19 +173,14 @@ impl Distribution {
             if all_positive {
                 return Ok(Self {
                     vocab,
-                    ids: Support::Every,
-                    probs,
+                    masses: Masses::Every(probs),
                 });
             }
             let ids = (0..vocab as u32)
                 .filter(|&id| probs[id as usize] > 0.0)
                 .collect();
             probs.retain(|&p| p > 0.0);
-            return Ok(Self {
-                vocab,
-                ids: Support::Listed(ids),
-                probs,
-            });
+            return Ok(Self::listed(vocab, ids, probs));
         }
         let mut ids = Vec::with_capacity(vocab - zeros);
         let mut probs = Vec::with_capacity(vocab - zeros);
@@ -159,11 +191,7 @@ impl Distribution {
                 probs.push(p);
             }
         }
-        Ok(Self {
-            vocab,
-            ids: Support::Listed(ids),
-            probs,
-        })
+        Ok(Self::listed(vocab, ids, probs))
     }
 
     /// Normalises non-negative weights of the ids `ids` (strictly ascending, each below `vocab`)
@@ -213,47 +241,53 @@ impl Distribution {
             .map(|(id, w)| (id, w / total))
             .filter(|&(_, p)| p > 0.0)
             .unzip();
-        Ok(Self {
-            vocab,
-            ids: Support::Listed(ids),
-            probs,
-        })
-    }
-
-    /// The id of the `i`-th entry of the support.
-    fn id_at(&self, i: usize) -> Option<u32> {
-        match &self.ids {
-            Support::Every => (i < self.probs.len()).then_some(i as u32),
-            Support::Listed(ids) => ids.get(i).copied(),
-        }
+        Ok(Self::listed(vocab, ids, probs))
     }
 
     /// The probability of `id`; 0 when `id` is outside the support or the vocabulary.
     pub fn prob(&self, id: u32) -> f64 {
-        match &self.ids {
-            Support::Every => self.probs.get(id as usize).copied().unwrap_or(0.0),
-            Support::Listed(ids) => match ids.binary_search(&id) {
-                Ok(i) => self.probs[i],
+        match &self.masses {
+            Masses::Every(probs) => probs.get(id as usize).copied().unwrap_or(0.0),
+            Masses::Listed { ids, probs } => match ids.binary_search(&id) {
+                Ok(i) => probs[i],
                 Err(_) => 0.0,
             },
+            Masses::Softmax(row) => row
+                .weights
+                .get(id as usize)
+                .map_or(0.0, |&w| f64::from(w) / row.total),
         }
     }
 
     /// The support: `(id, probability)` for every id with positive probability, ascending.
     pub fn support(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
-        let listed = match &self.ids {
-            Support::Every => None,
-            Support::Listed(ids) => Some(ids.as_slice()),
+        let (every, listed, softmax) = match &self.masses {
+            Masses::Every(probs) => (Some(probs.as_slice()), None, None),
+            Masses::Listed { ids, probs } => (None, Some((ids.as_slice(), probs.as_slice())), None),
+            Masses::Softmax(row) => (None, None, Some(row.as_ref())),
         };
-        self.probs
-            .iter()
-            .enumerate()
-            .map(move |(i, &p)| (listed.map_or(i as u32, |ids| ids[i]), p))
+        let every = every
+            .into_iter()
+            .flat_map(|probs| probs.iter().enumerate().map(|(i, &p)| (i as u32, p)));
+        let listed = listed
+            .into_iter()
+            .flat_map(|(ids, probs)| ids.iter().copied().zip(probs.iter().copied()));
+        let softmax = softmax.into_iter().flat_map(|row| {
+            row.weights
+                .iter()
+                .enumerate()
+                .filter(|&(_, &w)| w > 0.0)
+                .map(|(i, &w)| (i as u32, f64::from(w) / row.total))
+        });
+        every.chain(listed).chain(softmax)
     }
 
     /// Number of ids with positive probability.
     pub fn support_len(&self) -> usize {
-        self.probs.len()
+        match &self.masses {
+            Masses::Every(probs) | Masses::Listed { probs, .. } => probs.len(),
+            Masses::Softmax(row) => row.positive,
+        }
     }
 
     /// All probabilities as a dense vector indexed by token id (allocates the vocabulary).
@@ -272,13 +306,20 @@ impl Distribution {
 
     /// The most likely token id (the first one on ties).
     pub fn argmax(&self) -> u32 {
-        let mut best = 0usize;
-        for (i, &p) in self.probs.iter().enumerate() {
-            if p > self.probs[best] {
-                best = i;
+        let first_best = |probs: &[f64]| {
+            let mut best = 0usize;
+            for (i, &p) in probs.iter().enumerate() {
+                if p > probs[best] {
+                    best = i;
+                }
             }
+            best
+        };
+        match &self.masses {
+            Masses::Every(probs) => first_best(probs) as u32,
+            Masses::Listed { ids, probs } => ids.get(first_best(probs)).copied().unwrap_or(0),
+            Masses::Softmax(row) => row.argmax(),
         }
-        self.id_at(best).unwrap_or(0)
     }
 
     /// Inverse-CDF sampling: the token whose cumulative-probability interval contains `u`, a
@@ -286,20 +327,48 @@ impl Distribution {
     /// with a positive probability are ever returned, rounding notwithstanding.
     pub fn sample_with(&self, u: f64) -> u32 {
         let u = if u >= 0.0 { u.min(1.0) } else { 0.0 };
-        let total: f64 = self.probs.iter().sum();
+        let (ids, probs) = match &self.masses {
+            Masses::Every(probs) => (None, probs.as_slice()),
+            Masses::Listed { ids, probs } => (Some(ids.as_slice()), probs.as_slice()),
+            Masses::Softmax(row) => return row.sample_at(u * row.total),
+        };
+        let id_at = |i: usize| ids.map_or(i as u32, |ids| ids[i]);
+        let total: f64 = probs.iter().sum();
         let target = u * total;
         let mut cumulative = 0.0;
-        for (i, &p) in self.probs.iter().enumerate() {
+        for (i, &p) in probs.iter().enumerate() {
             cumulative += p;
             if target < cumulative {
-                return self.id_at(i).unwrap_or(0);
+                return id_at(i);
             }
         }
-        self.probs
-            .len()
-            .checked_sub(1)
-            .and_then(|last| self.id_at(last))
-            .unwrap_or(0)
+        probs.len().checked_sub(1).map_or(0, id_at)
+    }
+
+    /// `max(self − q, 0)` renormalised, for a whole-row softmax `self` (see
+    /// [`residual_distribution`](crate::acceptance::residual_distribution)), without visiting
+    /// the vocabulary twice: against another softmax row one vectorised pass, against a
+    /// sparse `q` a copy of the weights with `q`'s support lowered. `None` when `self` is not
+    /// a softmax row; `Some(None)` when the residual's mass is at most `epsilon`.
+    pub(crate) fn softmax_residual(&self, q: &Distribution, epsilon: f64) -> Option<Option<Self>> {
+        let p = self.softmax_row()?;
+        let residual = match q.softmax_row() {
+            Some(q) => p.residual(q),
+            None => {
+                let lowered: Vec<(u32, f32)> = q
+                    .support()
+                    .filter_map(|(id, qi)| {
+                        let w = f64::from(*p.weights.get(id as usize)?);
+                        Some((id, (w - qi * p.total).max(0.0) as f32))
+                    })
+                    .collect();
+                p.clone().with_overrides(&lowered)
+            }
+        };
+        if residual.total <= epsilon * p.total {
+            return Some(None);
+        }
+        Some(Self::softmax(residual).ok())
     }
 }
 

@@ -28,6 +28,7 @@ mod pipeline;
 mod row_mass;
 mod sampler;
 mod select;
+mod vector;
 
 pub use distribution::Distribution;
 pub(crate) use host_rows::HostRows;
@@ -36,3 +37,4 @@ pub use options::SamplerOptions;
 pub use pipeline::LogitRow;
 pub use sampler::Sampler;
 pub use select::best_k;
+pub use vector::largest;

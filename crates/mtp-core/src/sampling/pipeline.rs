@@ -21,6 +21,7 @@
 
 use super::logprobs::{self, TokenLogprobs};
 use super::nucleus::{self, Total};
+use super::vector::{largest, SoftmaxRow};
 use super::{best_k, Distribution, SamplerOptions};
 use crate::CoreError;
 
@@ -178,9 +179,14 @@ pub(crate) fn distribution(
             .map_or(0, |&(id, _)| id);
         return Distribution::point(vocab, best);
     }
+    if keeps_every_token(options, vocab) {
+        if let Some(logits) = whole_row(&row) {
+            return softmax(&logits, &penalised, options.temperature);
+        }
+    }
     if let LogitRow::Dense(logits) = row {
-        if keeps_every_token(options, vocab) {
-            return full_softmax(logits, &penalised, f64::from(options.temperature));
+        if let Some(d) = from_largest(logits, context, options)? {
+            return Ok(d);
         }
     }
     let kept = top_k(penalised.candidates(), options.top_k, vocab);
@@ -229,33 +235,107 @@ fn keeps_every_token(options: &SamplerOptions, vocab: usize) -> bool {
     top_k_off && top_p_off && options.min_p <= 0.0
 }
 
-/// The softmax of a whole dense row at `temperature` (penalties applied), when nothing
-/// truncates it: the general path's values bit for bit (the same weights
-/// `exp((v − max) / T)`, summed in ascending id order), without building a candidate list,
-/// a survivor order and a sparse copy of the vocabulary on the way.
-fn full_softmax(
+/// Every logit of `row` indexed by id: a dense row as it is, candidates covering the whole
+/// vocabulary scattered into one; `None` for candidates that do not.
+fn whole_row<'a>(row: &LogitRow<'a>) -> Option<std::borrow::Cow<'a, [f32]>> {
+    match *row {
+        LogitRow::Dense(logits) => Some(logits.into()),
+        LogitRow::Top {
+            vocab, ids, values, ..
+        }
+        | LogitRow::Head {
+            vocab, ids, values, ..
+        } => (ids.len() == vocab).then(|| {
+            let mut dense = vec![f32::NEG_INFINITY; vocab];
+            for (&id, &v) in ids.iter().zip(values) {
+                dense[id as usize] = v;
+            }
+            dense.into()
+        }),
+    }
+}
+
+/// The softmax of a whole row at `temperature` (penalties applied), when nothing truncates
+/// it: the row's `f32` weights and blocked total in one vectorised pass ([`SoftmaxRow`], whose
+/// rounding the [`vector`](super::vector) module states), a penalised copy of the row first
+/// when penalties apply (each penalised logit rounded to `f32`).
+fn softmax(
     logits: &[f32],
     penalised: &Penalised<'_>,
-    temperature: f64,
+    temperature: f32,
 ) -> Result<Distribution, CoreError> {
-    let mut weights: Vec<f64> = logits.iter().map(|&l| f64::from(l)).collect();
-    for &(id, value) in &penalised.context {
-        if let Some(slot) = weights.get_mut(id as usize) {
-            *slot = value;
+    let inv_temperature = 1.0 / temperature;
+    let weights = if penalised.context.is_empty() {
+        SoftmaxRow::of_logits(logits, inv_temperature)
+    } else {
+        let mut row = logits.to_vec();
+        for &(id, value) in &penalised.context {
+            if let Some(slot) = row.get_mut(id as usize) {
+                *slot = value as f32;
+            }
         }
+        SoftmaxRow::of_logits(&row, inv_temperature)
+    };
+    Distribution::softmax(weights)
+}
+
+/// Relative bound on how far [`SoftmaxRow::total_of_logits`] lies from the `f64` total
+/// `Σ exp((l − max) / T)`: each term's argument carries at most `3|x|u` (`|x| ≤ 87`,
+/// `u = 2⁻²⁴`: the subtraction, the scaling and `1/T`), `exp_neg` about 2 ulp, and the
+/// flushed terms weigh under `e^-87` each against a total of at least 1 — about `2·10⁻⁵` in
+/// all, taken five times over.
+const ROW_TOTAL_TOLERANCE: f64 = 1e-4;
+
+/// How many more candidates each retry of top-p / min-p reads when the previous ones did not
+/// settle the survivors.
+const NUCLEUS_GROWTH: usize = 16;
+
+/// A dense row's distribution from its largest logits, when the settings allow that exactly:
+/// top-k on (the [`SamplerOptions::top_candidates`] largest, as a [`LogitRow::Top`]), or
+/// top-p / min-p with top-k off and no penalties (the
+/// [`SamplerOptions::nucleus_candidates`] largest with the row's total weight, as a
+/// [`LogitRow::Head`], retried with more candidates until they settle it). `None` when
+/// neither applies or nothing settled: the caller then weighs every logit.
+fn from_largest(
+    logits: &[f32],
+    context: &[u32],
+    options: &SamplerOptions,
+) -> Result<Option<Distribution>, CoreError> {
+    let vocab = logits.len();
+    let split = |pairs: Vec<(u32, f32)>| -> (Vec<u32>, Vec<f32>) { pairs.into_iter().unzip() };
+    if let Some(k) = options.top_candidates(vocab) {
+        let (ids, values) = split(largest(logits, k));
+        let top = LogitRow::Top {
+            vocab,
+            ids: &ids,
+            values: &values,
+        };
+        return distribution(top, context, options).map(Some);
     }
-    let max = weights.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    // Every weight is `exp` of a value <= 0 (or of -inf), so finite and in [0, 1] by
-    // construction: one pass writes them, sums them in ascending id order (as the candidate
-    // path does) and counts the zeros, and nothing needs checking afterwards.
-    let mut total = 0.0;
-    let mut zeros = 0usize;
-    for w in &mut weights {
-        *w = ((*w - max) / temperature).exp();
-        total += *w;
-        zeros += usize::from(*w == 0.0);
+    let Some(mut k) = options.nucleus_candidates(vocab) else {
+        return Ok(None);
+    };
+    let total = SoftmaxRow::total_of_logits(logits, 1.0 / options.temperature);
+    let flushed = vocab as f64 * f64::from(f32::MIN_POSITIVE);
+    let (total_low, total_high) = (
+        total * (1.0 - ROW_TOTAL_TOLERANCE),
+        total * (1.0 + ROW_TOTAL_TOLERANCE) + flushed,
+    );
+    while k < vocab {
+        let (ids, values) = split(largest(logits, k));
+        let head = LogitRow::Head {
+            vocab,
+            ids: &ids,
+            values: &values,
+            total_low,
+            total_high,
+        };
+        if let Ok(d) = distribution(head, context, options) {
+            return Ok(Some(d));
+        }
+        k = k.saturating_mul(NUCLEUS_GROWTH);
     }
-    Distribution::from_checked_weights(weights, total, zeros)
+    Ok(None)
 }
 
 /// Whether `row` (a [`LogitRow::Head`] with top-k off and no penalties) settles its survivors:

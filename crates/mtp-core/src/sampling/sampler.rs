@@ -293,8 +293,9 @@ mod tests {
         let d = s.distribution(&logits, &[2, 2]).unwrap();
         let e = [1.0, (-1.0f64).exp(), (-2.0f64).exp(), 1.0];
         let z: f64 = e.iter().sum();
+        // A whole-row softmax carries f32 weights (a few ulp of `exp`).
         for (i, w) in e.iter().enumerate() {
-            assert!((d.prob(i as u32) - w / z).abs() < 1e-12);
+            assert!((d.prob(i as u32) - w / z).abs() < 1e-6);
         }
         // A long prefix pushes the history out entirely.
         let d = s.distribution(&logits, &[3, 3, 3, 3]).unwrap();
