@@ -414,9 +414,12 @@ fn check_logits(row: &LogitRow<'_>) -> Result<(), CoreError> {
             message: "empty logit row".into(),
         });
     }
+    // One vectorised screen; the offending logit is looked for only when there is one.
+    let (bad, any_finite) = super::vector::screen(values);
     if let Some((i, l)) = values
         .iter()
         .enumerate()
+        .filter(|_| bad)
         .find(|(_, l)| l.is_nan() || **l == f32::INFINITY)
     {
         let id = ids.map_or(i, |ids| ids[i] as usize);
@@ -425,7 +428,7 @@ fn check_logits(row: &LogitRow<'_>) -> Result<(), CoreError> {
             message: format!("logit {id} is {l}: logits must be finite or -inf"),
         });
     }
-    if !values.iter().any(|l| l.is_finite()) {
+    if !any_finite {
         return Err(CoreError::InvalidArgument {
             op: OP,
             message: "every logit is -inf: nothing can be sampled".into(),

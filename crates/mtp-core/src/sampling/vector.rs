@@ -51,6 +51,39 @@ fn vectorised<P: Pass>(pass: P) -> P::Output {
     pulp::Arch::new().dispatch(Dispatched(pass))
 }
 
+/// Whether `row` holds a NaN or `+∞`, and whether it holds a finite value.
+struct Screen<'a>(&'a [f32]);
+
+impl Pass for Screen<'_> {
+    type Output = (bool, bool);
+
+    #[inline(always)]
+    fn run(self) -> (bool, bool) {
+        let mut bad = [false; LANES];
+        let mut finite = [false; LANES];
+        let chunks = self.0.chunks_exact(LANES);
+        let tail = chunks.remainder();
+        for chunk in chunks {
+            for j in 0..LANES {
+                let v = chunk[j];
+                bad[j] |= v.is_nan() | (v == f32::INFINITY);
+                finite[j] |= v.abs() < f32::INFINITY;
+            }
+        }
+        for (j, &v) in tail.iter().enumerate() {
+            bad[j] |= v.is_nan() | (v == f32::INFINITY);
+            finite[j] |= v.abs() < f32::INFINITY;
+        }
+        (bad.iter().any(|&b| b), finite.iter().any(|&f| f))
+    }
+}
+
+/// Whether `row` holds a NaN or `+∞`, and whether it holds a finite value, in one vectorised
+/// pass.
+pub(crate) fn screen(row: &[f32]) -> (bool, bool) {
+    vectorised(Screen(row))
+}
+
 /// `row`'s maximum, NaN ignored.
 struct RowMax<'a>(&'a [f32]);
 
