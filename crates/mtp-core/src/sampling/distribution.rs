@@ -11,16 +11,18 @@ use crate::CoreError;
 /// positive probability (ascending) and their probabilities: a top-k distribution over a
 /// 262k-token vocabulary costs k entries, not 262k.
 ///
-/// Every operation visits the support in ascending id order, which is the order a dense
-/// `Vec<f64>` over the vocabulary would be visited in with its zeros skipped, so sums, argmax
-/// and inverse-CDF sampling give bit-for-bit the values of a dense representation. A
+/// Every operation on listed probabilities visits the support in ascending id order, which is
+/// the order a dense `Vec<f64>` over the vocabulary would be visited in with its zeros skipped,
+/// so sums, argmax and inverse-CDF sampling give bit-for-bit the values of a dense
+/// representation. A
 /// distribution whose support is the whole vocabulary (a softmax nothing truncated) keeps no id
 /// list: `probs` is then indexed by id.
 ///
 /// A whole row's softmax (temperature and penalties only) is kept as its `f32` weights and
-/// their blocked `f64` total ([`vector`](super::vector) states the rounding): `p(x)` is one
+/// their blocked `f64` total (the `vector` module states the rounding): `p(x)` is one
 /// weight over the total, and inverse-CDF sampling walks the block sums and then one block, so
-/// neither allocates nor sums the vocabulary again.
+/// neither allocates nor sums the vocabulary again (its draws therefore follow the blocked
+/// total, not a sequential sum of normalised probabilities).
 #[derive(Clone, Debug)]
 pub struct Distribution {
     vocab: usize,
@@ -368,6 +370,7 @@ impl Distribution {
         if residual.total <= epsilon * p.total {
             return Some(None);
         }
+        // The total is positive (above) and finite (weights in [0, 1]): `softmax` accepts it.
         Some(Self::softmax(residual).ok())
     }
 }

@@ -6,8 +6,9 @@
 //!
 //! 1. penalties on the raw logits over the penalty context (repeat, presence, frequency);
 //! 2. temperature 0 → a point mass at the argmax of the penalised logits;
-//! 3. otherwise top-k, softmax of logits / T (in `f64`), top-p (exclusive cumulative rule),
-//!    min-p, renormalise.
+//! 3. otherwise top-k, softmax of logits / T (in `f64` over the kept candidates), top-p
+//!    (exclusive cumulative rule), min-p, renormalise; a row that nothing truncates is weighed
+//!    whole in `f32` by one vectorised pass (the `vector` module states the rounding).
 //!
 //! [`Sampler`] owns the penalty history and the seeded random stream; its speculative calls
 //! ([`Sampler::distribution`], [`Sampler::verification_distributions`]) never mutate state, and

@@ -16,8 +16,11 @@
 //! logits plus bounds on its total softmax weight from a device sum ([`LogitRow::Head`]): the
 //! survivors are then decided only when the bounds settle every top-p decision and every unread
 //! token is certainly dropped ([`nucleus`](super::nucleus)), and they are exactly the dense
-//! row's, with the same weights. Nothing here allocates the vocabulary except a dense row
-//! without top-k.
+//! row's, with the same weights. A dense row takes the same routes: with top-k on, its
+//! `k'` largest logits found by [`largest`]; with top-p / min-p and top-k off, its largest
+//! logits and its total from one vectorised pass. Only a row nothing truncates is weighed
+//! whole, as `f32` weights ([`SoftmaxRow`]; the [`vector`](super::vector) module states their
+//! rounding).
 
 use super::logprobs::{self, TokenLogprobs};
 use super::nucleus::{self, Total};
@@ -416,12 +419,15 @@ fn check_logits(row: &LogitRow<'_>) -> Result<(), CoreError> {
     }
     // One vectorised screen; the offending logit is looked for only when there is one.
     let (bad, any_finite) = super::vector::screen(values);
-    if let Some((i, l)) = values
-        .iter()
-        .enumerate()
-        .filter(|_| bad)
-        .find(|(_, l)| l.is_nan() || **l == f32::INFINITY)
-    {
+    let offending = if bad {
+        values
+            .iter()
+            .enumerate()
+            .find(|(_, l)| l.is_nan() || **l == f32::INFINITY)
+    } else {
+        None
+    };
+    if let Some((i, l)) = offending {
         let id = ids.map_or(i, |ids| ids[i] as usize);
         return Err(CoreError::InvalidArgument {
             op: OP,
@@ -547,7 +553,7 @@ mod tests {
     }
 
     #[test]
-    fn whole_row_softmax_is_the_general_path_bit_for_bit() {
+    fn whole_row_candidates_give_the_dense_softmax_bit_for_bit() {
         let row: Vec<f32> = (0..997)
             .map(|i| match i % 13 {
                 0 => f32::NEG_INFINITY,
@@ -651,6 +657,63 @@ mod tests {
 
     /// The `k` largest logits (lower id first on ties) with their values, in a scrambled
     /// (reversed) order, as a device top-k may return them.
+    /// The candidate path over every logit of `logits` (a top row of the whole vocabulary,
+    /// which no dense-row shortcut takes unless nothing truncates it).
+    fn general_path(logits: &[f32], context: &[u32], options: &SamplerOptions) -> Distribution {
+        let ids: Vec<u32> = (0..logits.len() as u32).collect();
+        let row = LogitRow::Top {
+            vocab: logits.len(),
+            ids: &ids,
+            values: logits,
+        };
+        distribution(row, context, options).unwrap()
+    }
+
+    /// Top-p / min-p with top-k off: a dense row, decided from its largest logits and its
+    /// vectorised total, gives the candidate path's distribution bit for bit.
+    #[test]
+    fn dense_nucleus_rows_give_the_general_path_bit_for_bit() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let vocab = 4000;
+        let mut settled = 0;
+        for case in 0..60 {
+            let logits: Vec<f32> = (0..vocab)
+                .map(|i| match rng.random_range(0..60) {
+                    0 => f32::NEG_INFINITY,
+                    // Coarse values (ties) in every third row, continuous ones elsewhere.
+                    x if case % 3 == 2 => (x as f32 * 0.25).floor() - 6.0,
+                    _ if i % 97 == 0 => rng.random_range(4.0f32..9.0),
+                    _ => rng.random_range(-8.0f32..2.0),
+                })
+                .collect();
+            let options = SamplerOptions {
+                temperature: rng.random_range(0.3..1.5),
+                top_p: rng.random_range(0.2..0.99),
+                min_p: if case % 3 == 0 {
+                    rng.random_range(0.0..0.2)
+                } else {
+                    0.0
+                },
+                ..Default::default()
+            };
+            let general = general_path(&logits, &[], &options);
+            let dense = distribution(LogitRow::Dense(&logits), &[], &options).unwrap();
+            assert_eq!(dense, general, "case {case}: {options:?}");
+            // The largest logits, not the whole-row fallback, decided it.
+            let fast = from_largest(&logits, &[], &options).unwrap();
+            settled += usize::from(fast.is_some());
+            if let Some(fast) = fast {
+                assert_eq!(fast, general, "case {case}: {options:?}");
+            }
+        }
+        // The continuous rows (40 of 60) settle; tied bulks mostly leave the answer open.
+        assert!(
+            settled >= 40,
+            "only {settled} of 60 rows settled by their largest logits"
+        );
+    }
+
     fn largest(logits: &[f32], k: usize) -> (Vec<u32>, Vec<f32>) {
         let mut order: Vec<u32> = (0..logits.len() as u32).collect();
         order.sort_by(|&a, &b| {
@@ -669,7 +732,8 @@ mod tests {
     fn top_candidates_give_exactly_the_dense_distribution() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-        let vocab = 300;
+        // Wide enough for the chunked selection of a dense row's largest logits.
+        let vocab = 3000;
         for case in 0..300 {
             // Coarse logits so that ties occur; a few -inf.
             let logits: Vec<f32> = (0..vocab)
@@ -723,6 +787,8 @@ mod tests {
             };
             let sparse = distribution(row, &context, &options).unwrap();
             assert_eq!(sparse, dense, "case {case}: {options:?}");
+            let general = general_path(&logits, &context, &options);
+            assert_eq!(general, dense, "case {case}: {options:?}");
         }
         // Penalties that can raise a logit, or top-k off: only the whole row is exact.
         let raising = SamplerOptions {

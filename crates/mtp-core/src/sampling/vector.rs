@@ -437,7 +437,7 @@ fn last_positive(weights: &[f32]) -> Option<usize> {
 /// The `k` largest values of `row` with their ids, ordered as [`best_k`] orders them (larger
 /// first, NaN as `-∞`, lower id on ties) and bit for bit its answer.
 ///
-/// One pass takes the maximum of every [`CHUNK`] tokens; the `k`-th largest of those maxima is
+/// One pass takes the maximum of every 64 tokens; the `k`-th largest of those maxima is
 /// a lower bound `τ` of the row's `k`-th largest value (`k` chunks hold a value ≥ `τ`), so only
 /// the values ≥ `τ` of chunks whose maximum reaches `τ` can be among the `k` best, and
 /// [`best_k`] ranks just those. Rows too short to gain, or whose bound is `-∞` (mostly masked
@@ -543,6 +543,54 @@ mod tests {
         assert_eq!(changed.blocks, fresh.blocks);
         assert_eq!(changed.total, fresh.total);
         assert_eq!(changed.positive, fresh.positive);
+    }
+
+    /// The rounding contract: the dispatched (vectorised) passes give the baseline-compiled
+    /// loops' bits.
+    #[test]
+    fn vectorised_passes_match_the_plain_loops_bit_for_bit() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(13);
+        let row: Vec<f32> = (0..70_001)
+            .map(|i| {
+                if i % 11 == 0 {
+                    f32::NEG_INFINITY
+                } else {
+                    rng.random_range(-60.0f32..12.0)
+                }
+            })
+            .collect();
+        let max = RowMax(&row).run();
+        assert_eq!(max.to_bits(), row_max(&row).to_bits());
+        let inv_temperature = 1.0 / 0.7;
+        let mut plain = vec![0.0f32; row.len()];
+        let mut fast = vec![0.0f32; row.len()];
+        let plain_blocks = Weigh {
+            row: &row,
+            max,
+            inv_temperature,
+            out: Some(&mut plain),
+        }
+        .run();
+        let fast_blocks = vectorised(Weigh {
+            row: &row,
+            max,
+            inv_temperature,
+            out: Some(&mut fast),
+        });
+        assert_eq!(plain_blocks, fast_blocks);
+        assert!(plain
+            .iter()
+            .zip(&fast)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        let total = |out| Weigh {
+            row: &row,
+            max,
+            inv_temperature,
+            out,
+        };
+        assert_eq!(total(None).run(), vectorised(total(None)));
+        assert_eq!(BlockSums(&plain).run(), vectorised(BlockSums(&plain)));
+        assert_eq!(ChunkMaxima(&row).run(), vectorised(ChunkMaxima(&row)));
     }
 
     #[test]
