@@ -199,7 +199,7 @@ fn gemma4_tool_calls_read_back_and_force() {
             .into_iter()
             .filter_map(|p| match p {
                 runner::tools::Split::Call(c) => Some(c),
-                runner::tools::Split::Text(_) => None,
+                runner::tools::Split::Text(_) | runner::tools::Split::Cut(_) => None,
             })
             .collect();
         (kept.clone(), calls)

@@ -159,6 +159,96 @@ fn a_forced_call_streams_as_a_tool_call_delta() {
     });
 }
 
+fn verse_tools() -> Value {
+    json!([{"type": "function", "function": {"name": "find_verse", "description": "A verse of a book",
+            "parameters": {"type": "object", "properties": {"chapter": {"type": "integer"},
+                                                           "verse": {"type": "integer"},
+                                                           "weight": {"type": "number"}},
+                           "required": ["chapter", "verse", "weight"]}}}])
+}
+
+#[test]
+fn a_forced_call_with_open_numbers_ends_and_one_cut_short_says_length() {
+    runtime().block_on(async {
+        let asks = ["Find the verse about the flood.", "Which chapter tells of Moses?", "Look up the first verse."];
+        for (i, question) in asks.iter().enumerate() {
+            for temperature in [0.0, 0.8] {
+                let body = json!({"model": NAME, "messages": [{"role": "user", "content": question}],
+                                  "tools": verse_tools(), "tool_choice": "required",
+                                  "temperature": temperature, "seed": i, "max_tokens": 400});
+                let (status, text) = call(router(), "POST", "/v1/chat/completions", Some(body)).await;
+                assert_eq!(status, StatusCode::OK, "{text}");
+                let v = json_of(&text);
+                assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+                let arguments = json_of(
+                    v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+                        .as_str()
+                        .expect("JSON text"),
+                );
+                for key in ["chapter", "verse"] {
+                    assert!(arguments[key].is_i64(), "{arguments}");
+                }
+                assert!(arguments["weight"].is_number(), "{arguments}");
+            }
+        }
+        // Cut short by the budget inside the call: `length`, and the call so far where calls go.
+        let body = json!({"model": NAME, "messages": ask(), "tools": verse_tools(),
+                          "tool_choice": "required", "temperature": 0, "max_tokens": 400});
+        let (_, text) = call(router(), "POST", "/v1/chat/completions", Some(body)).await;
+        let v = json_of(&text);
+        let whole = v["usage"]["completion_tokens"].as_u64().expect("usage");
+        let budget = whole * 2 / 3;
+        for stream in [false, true] {
+            let body = json!({"model": NAME, "messages": ask(), "tools": verse_tools(),
+                              "tool_choice": "required", "temperature": 0, "max_tokens": budget,
+                              "stream": stream});
+            let (status, text) = call(router(), "POST", "/v1/chat/completions", Some(body)).await;
+            assert_eq!(status, StatusCode::OK, "{text}");
+            let (calls, finish, incomplete) = if stream {
+                let (frames, _) = sse(&text);
+                let calls: Vec<Value> = frames
+                    .iter()
+                    .filter_map(|f| f["choices"][0]["delta"]["tool_calls"].as_array())
+                    .flatten()
+                    .cloned()
+                    .collect();
+                let last = frames
+                    .iter()
+                    .rev()
+                    .find(|f| !f["choices"][0]["finish_reason"].is_null())
+                    .expect("a finish");
+                // The extension field rides on the usage chunk, not asked for here.
+                (calls, last["choices"][0]["finish_reason"].clone(), true)
+            } else {
+                let v = json_of(&text);
+                let calls = v["choices"][0]["message"]["tool_calls"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                (calls, v["choices"][0]["finish_reason"].clone(), v["structured_output"] == "incomplete")
+            };
+            assert_eq!(finish, "length", "{text}");
+            assert!(incomplete, "{text}");
+            assert_eq!(calls.len(), 1, "{text}");
+            assert_eq!(calls[0]["function"]["name"], "find_verse", "{text}");
+            let arguments = calls[0]["function"]["arguments"].as_str().expect("text");
+            assert!(
+                arguments.starts_with('{') && serde_json::from_str::<Value>(arguments).is_err(),
+                "{arguments:?}"
+            );
+        }
+        let body = json!({"model": NAME, "messages": ask(), "tools": verse_tools(), "stream": false,
+                          "options": {"temperature": 0, "num_predict": budget, "tool_choice": "required"}});
+        let (status, text) = call(router(), "POST", "/api/chat", Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let v = json_of(&text);
+        assert_eq!(v["done_reason"], "length", "{v}");
+        assert_eq!(v["structured_output"], "incomplete", "{v}");
+        assert_eq!(v["message"]["tool_calls"][0]["function"]["name"], "find_verse", "{v}");
+        assert!(v["message"]["tool_calls"][0]["function"]["arguments"].is_object(), "{v}");
+    });
+}
+
 #[test]
 fn a_conversation_with_a_call_and_its_result_answers() {
     runtime().block_on(async {

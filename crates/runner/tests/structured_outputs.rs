@@ -25,11 +25,11 @@ use serde_json::{json, Map, Value};
 
 const SCHEMAS: u64 = 60;
 
-/// A random schema of bounded output: every string has a `maxLength`, every array a
-/// `maxItems`, every number a range, every object `additionalProperties: false` with all its
-/// properties required.
+/// A random schema of bounded strings and arrays: every string has a `maxLength`, every array
+/// a `maxItems`, every object `additionalProperties: false` with all its properties required;
+/// numbers and integers in ranges, half-open or unbounded (the grammar bounds their digits).
 fn random_schema(rng: &mut ChaCha8Rng, depth: usize) -> Value {
-    let kinds = if depth >= 2 { 5 } else { 7 };
+    let kinds = if depth >= 2 { 7 } else { 9 };
     match rng.random_range(0..kinds) {
         0 => json!({"type": "string", "maxLength": rng.random_range(1..10)}),
         1 => {
@@ -44,7 +44,17 @@ fn random_schema(rng: &mut ChaCha8Rng, depth: usize) -> Value {
             json!({"enum": picked})
         }
         4 => json!({"type": "integer", "minimum": 0, "maximum": 9}),
-        5 => json!({
+        5 => match rng.random_range(0..3) {
+            0 => json!({"type": "integer"}),
+            1 => json!({"type": "integer", "minimum": rng.random_range(-50..50)}),
+            _ => json!({"type": "integer", "maximum": rng.random_range(-50..50)}),
+        },
+        6 => match rng.random_range(0..3) {
+            0 => json!({"type": "number"}),
+            1 => json!({"type": "number", "minimum": 0}),
+            _ => json!({"type": "number", "minimum": -1, "maximum": 1}),
+        },
+        7 => json!({
             "type": "array",
             "items": random_schema(rng, depth + 1),
             "maxItems": rng.random_range(1..4),
@@ -150,6 +160,66 @@ fn validate(v: &Value, schema: &Value, at: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The longest integer part, fraction and exponent (in digits) of the numbers in JSON `text`,
+/// read outside its strings.
+fn longest_number_parts(text: &str) -> [usize; 3] {
+    let mut longest = [0; 3];
+    let (mut in_string, mut escaped) = (false, false);
+    let mut part: Option<usize> = None;
+    let mut count = 0;
+    for c in text.chars() {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match (c, part) {
+            ('0'..='9', Some(p)) => {
+                count += 1;
+                longest[p] = longest[p].max(count);
+            }
+            ('0'..='9', None) => {
+                part = Some(0);
+                count = 1;
+                longest[0] = longest[0].max(1);
+            }
+            ('-', None) => {
+                part = Some(0);
+                count = 0;
+            }
+            ('.', Some(0)) => {
+                part = Some(1);
+                count = 0;
+            }
+            ('e' | 'E', Some(0 | 1)) => {
+                part = Some(2);
+                count = 0;
+            }
+            ('+' | '-', Some(2)) if count == 0 => {}
+            _ => {
+                part = None;
+                in_string = c == '"';
+            }
+        }
+    }
+    longest
+}
+
+/// The numbers of `text` keep within the grammar's bounds.
+fn assert_numbers_bounded(text: &str) {
+    let [integer, fraction, exponent] = longest_number_parts(text);
+    assert!(
+        integer <= runner::structured::MAX_INTEGER_DIGITS as usize
+            && fraction <= runner::structured::MAX_FRACTION_DIGITS as usize
+            && exponent <= runner::structured::MAX_EXPONENT_DIGITS as usize,
+        "{text:?}: digits {integer}.{fraction}e{exponent}"
+    );
+}
+
 fn default_pair() -> Pipeline<CandleBackend> {
     Pipeline::load(
         CandleBackend::cpu(),
@@ -216,6 +286,7 @@ fn random_schemas_are_followed_greedy_and_sampled_and_speculation_changes_nothin
         let value: Value = serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("schema {schema}: {text:?} does not parse: {e}"));
         validate(&value, &schema, "$").unwrap_or_else(|e| panic!("{e}"));
+        assert_numbers_bounded(&text);
         let stats = response.mtp.expect("speculative decoding");
         forced += stats.forced;
         mtp_rounds += stats.batched_rounds;
@@ -229,6 +300,88 @@ fn random_schemas_are_followed_greedy_and_sampled_and_speculation_changes_nothin
         forced > 0 && mtp_rounds > 0,
         "forced {forced}, rounds {mtp_rounds}"
     );
+}
+
+#[test]
+fn open_numbers_end_within_their_bounds_and_a_schema_that_needs_more_digits_gets_them() {
+    let p = default_pair();
+    let schemas = [
+        json!({"type": "object", "properties": {"count": {"type": "integer"}},
+               "required": ["count"]}),
+        json!({"type": "object", "properties": {"score": {"type": "number"}},
+               "required": ["score"]}),
+        json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0},
+                                               "x": {"type": "number", "maximum": 1}},
+               "required": ["n", "x"]}),
+        json!({"type": "array", "items": {"type": "number"}, "maxItems": 4}),
+        json!({"type": "object", "properties": {"v": {}}, "required": ["v"]}),
+    ];
+    let prompts = [
+        "Count the sheep: ",
+        "In the beginning ",
+        "And the number was ",
+    ];
+    for (i, schema) in schemas.iter().enumerate() {
+        for (j, prompt) in prompts.iter().enumerate() {
+            let mut request =
+                GenerateRequest::greedy(p.encode(prompt, PromptFormat::Raw).expect("prompt"), 400);
+            request.eos = p.tokenizer().eos_ids().to_vec();
+            request.constraint = Some(
+                p.constraint(&OutputFormat::JsonSchema(schema.clone()))
+                    .expect("schema"),
+            );
+            if j == 2 {
+                request.sampling = SamplerOptions {
+                    temperature: 0.8,
+                    top_k: 40,
+                    top_p: 0.9,
+                    seed: Some(i as u64),
+                    ..SamplerOptions::default()
+                };
+            }
+            let (response, text) = generate(&p, &request);
+            assert_eq!(response.done_reason, DoneReason::Stop, "{schema}: {text:?}");
+            let value: Value = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{schema}: {text:?} does not parse: {e}"));
+            if schema
+                .get("properties")
+                .is_some_and(|p| p.get("v").is_none())
+            {
+                validate(&value, schema, "$").unwrap_or_else(|e| panic!("{e}"));
+            }
+            assert_numbers_bounded(&text);
+            if j < 2 {
+                let (reference, _) = generate(&p, &plain(request.clone()));
+                assert_eq!(response.tokens, reference.tokens, "{schema}");
+            }
+        }
+    }
+    // A schema that needs a longer number than the bound gets it.
+    let long = "123456789012345678";
+    let needs = |keyword: &str| -> Value {
+        let text = format!(
+            r#"{{"type": "object", "properties": {{"n": {{"type": "integer", "{keyword}": {long}}}}},
+                "required": ["n"]}}"#
+        );
+        serde_json::from_str(&text).expect("schema")
+    };
+    for schema in [needs("minimum"), needs("const")] {
+        let mut request = GenerateRequest::greedy(
+            p.encode("Count the sheep: ", PromptFormat::Raw)
+                .expect("prompt"),
+            400,
+        );
+        request.eos = p.tokenizer().eos_ids().to_vec();
+        request.constraint = Some(
+            p.constraint(&OutputFormat::JsonSchema(schema.clone()))
+                .expect("schema"),
+        );
+        let (response, text) = generate(&p, &request);
+        let value: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{schema}: {text:?} does not parse: {e}"));
+        assert_eq!(response.done_reason, DoneReason::Stop, "{schema}: {text:?}");
+        assert!(value["n"].as_f64().is_some_and(|n| n >= 1e17), "{text:?}");
+    }
 }
 
 #[test]

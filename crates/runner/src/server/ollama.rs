@@ -353,8 +353,16 @@ pub async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response
         let parts = splitter.push(&text, done.is_some());
         let mut message = assistant(parts.content);
         message.thinking = (!parts.thinking.is_empty()).then_some(parts.thinking);
-        if !parts.calls.is_empty() {
-            message.tool_calls = Some(parts.calls.iter().map(ollama_call).collect());
+        // A call cut short comes last, with the arguments written in full (`done_reason`
+        // says `length`).
+        let calls: Vec<_> = parts
+            .calls
+            .iter()
+            .chain(&parts.cut)
+            .map(ollama_call)
+            .collect();
+        if !calls.is_empty() {
+            message.tool_calls = Some(calls);
         }
         ChatChunk {
             model: name.clone(),

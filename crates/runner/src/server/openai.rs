@@ -25,7 +25,7 @@ use super::openai_types::{
 use super::request::{in_range, top_logprobs, AppState};
 use super::stream;
 use super::structured::{incomplete, openai_response_format};
-use super::tool_calls::{openai_call, read_tools, template_call, ReplySplitter};
+use super::tool_calls::{openai_call, openai_cut_call, read_tools, template_call, ReplySplitter};
 use crate::tokenizer::{ChatContent, ChatMessage};
 use serde_json::Value;
 
@@ -301,15 +301,19 @@ pub async fn chat_completions(
         let done = all.done;
         let parts = splitter.push(&all.text, true);
         let (content, calls) = (parts.content, parts.calls);
-        let tool_calls: Vec<Value> = calls
+        let mut tool_calls: Vec<Value> = calls
             .iter()
             .map(|call| openai_call(call, request_id("call")))
             .collect();
-        let finish = if tool_calls.is_empty() {
+        // A call cut short ends with the generation's own reason (`length`).
+        let finish = if tool_calls.is_empty() || parts.cut.is_some() {
             done.reason.openai()
         } else {
             "tool_calls"
         };
+        if let Some(cut) = &parts.cut {
+            tool_calls.push(openai_cut_call(cut, request_id("call")));
+        }
         let choice = ChatChoice {
             index: 0,
             message: Some(MessageOut {
@@ -384,13 +388,19 @@ pub async fn chat_completions(
                 // What the splitter held back ends the text.
                 let parts = splitter.push("", true);
                 let (content, calls) = (parts.content, parts.calls);
-                let calls = stream_calls(calls);
+                let mut calls = stream_calls(calls);
                 let any_call = called.load(std::sync::atomic::Ordering::Relaxed) > 0;
-                let finish = if any_call || calls.is_some() {
+                let finish = if (any_call || calls.is_some()) && parts.cut.is_none() {
                     "tool_calls"
                 } else {
                     done.reason.openai()
                 };
+                if let Some(cut) = &parts.cut {
+                    let mut value = openai_cut_call(cut, request_id("call"));
+                    let index = called.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    value["index"] = Value::from(index);
+                    calls.get_or_insert_with(Vec::new).push(value);
+                }
                 let mut choice = delta(
                     None,
                     (!content.is_empty()).then_some(content),

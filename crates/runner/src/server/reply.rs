@@ -16,6 +16,9 @@ pub struct ReplyParts {
     pub content: String,
     /// Calls completed in this piece.
     pub calls: Vec<ToolCall>,
+    /// The call the reply ended inside (its name and the arguments written in full): only in
+    /// the last piece.
+    pub cut: Option<ToolCall>,
 }
 
 /// Splits a reply's pieces; shared by a stream's frames, which are built one at a time from a
@@ -60,9 +63,10 @@ impl ReplySplitter {
                 if last {
                     pieces.extend(splitter.finish());
                 }
-                let (content, found) = gather(pieces);
-                parts.content = content;
-                parts.calls = found;
+                let found = gather(pieces);
+                parts.content = found.content;
+                parts.calls = found.calls;
+                parts.cut = found.cut;
             }
             None => parts.content = answer,
         }

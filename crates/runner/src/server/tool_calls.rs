@@ -230,15 +230,34 @@ pub fn template_call(api: Api, call: &Value, at: &str) -> Result<Value, ApiError
     Ok(json!({"type": "function", "function": {"name": name, "arguments": arguments}}))
 }
 
+/// A call cut short in OpenAI's shape: `arguments` is the JSON text of the arguments written in
+/// full, left open (no closing `}`), as OpenAI's own arguments are when `max_tokens` ends a
+/// call — it does not parse, and `finish_reason` says `length`.
+pub fn openai_cut_call(call: &ToolCall, id: String) -> Value {
+    let mut value = openai_call(call, id);
+    let mut text = Value::Object(call.arguments.clone()).to_string();
+    text.pop();
+    value["function"]["arguments"] = Value::String(text);
+    value
+}
+
+/// Split pieces gathered: the content, the complete calls and the call cut short, if any.
+#[derive(Debug, Default)]
+pub(super) struct Gathered {
+    pub content: String,
+    pub calls: Vec<ToolCall>,
+    pub cut: Option<ToolCall>,
+}
+
 /// The content and the calls of split pieces.
-pub(super) fn gather(pieces: Vec<Split>) -> (String, Vec<ToolCall>) {
-    let mut content = String::new();
-    let mut calls = Vec::new();
+pub(super) fn gather(pieces: Vec<Split>) -> Gathered {
+    let mut out = Gathered::default();
     for piece in pieces {
         match piece {
-            Split::Text(t) => content.push_str(&t),
-            Split::Call(c) => calls.push(c),
+            Split::Text(t) => out.content.push_str(&t),
+            Split::Call(c) => out.calls.push(c),
+            Split::Cut(c) => out.cut = Some(c),
         }
     }
-    (content, calls)
+    out
 }

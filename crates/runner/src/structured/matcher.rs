@@ -7,6 +7,8 @@ use llguidance::{Matcher, TokenParser};
 use mtp_core::constraint::{Constraint, ConstraintFactory, ConstraintSource, TokenMask};
 use mtp_core::CoreError;
 
+use super::json_bounds::{JsonBounds, JsonTokens};
+
 /// A grammar compiled for one model's vocabulary (see
 /// [`GrammarVocabulary::compile`](super::GrammarVocabulary::compile)); each generation gets a
 /// fresh matcher from a copy of the compiled parser (the grammar is compiled once).
@@ -15,6 +17,8 @@ pub struct GrammarConstraint {
     /// The compiled parser, never advanced itself.
     parser: Arc<Mutex<TokenParser>>,
     vocab: usize,
+    /// The bounds on open-ended JSON values, for JSON formats.
+    json: Option<Arc<JsonTokens>>,
 }
 
 impl std::fmt::Debug for GrammarConstraint {
@@ -26,10 +30,11 @@ impl std::fmt::Debug for GrammarConstraint {
 }
 
 impl GrammarConstraint {
-    pub(super) fn new(parser: TokenParser, vocab: usize) -> Self {
+    pub(super) fn new(parser: TokenParser, vocab: usize, json: Option<Arc<JsonTokens>>) -> Self {
         Self {
             parser: Arc::new(Mutex::new(parser)),
             vocab,
+            json,
         }
     }
 
@@ -57,7 +62,11 @@ impl ConstraintFactory for GrammarConstraint {
         if let Some(e) = matcher.get_error() {
             return Err(CoreError::Constraint(e));
         }
-        Ok(Box::new(MatcherConstraint { matcher, vocab }))
+        Ok(Box::new(MatcherConstraint {
+            matcher,
+            vocab,
+            bounds: self.json.clone().map(JsonBounds::new),
+        }))
     }
 }
 
@@ -65,6 +74,7 @@ impl ConstraintFactory for GrammarConstraint {
 struct MatcherConstraint {
     matcher: Matcher,
     vocab: usize,
+    bounds: Option<JsonBounds>,
 }
 
 impl MatcherConstraint {
@@ -82,7 +92,11 @@ impl Constraint for MatcherConstraint {
             return Ok(TokenMask::none(self.vocab));
         }
         let mask = self.matcher.compute_mask().map_err(|e| self.failed(e))?;
-        Ok(TokenMask::from_words(mask.as_slice().to_vec(), self.vocab))
+        let mut words = mask.as_slice().to_vec();
+        if let Some(bounds) = &self.bounds {
+            bounds.restrict(&mut words);
+        }
+        Ok(TokenMask::from_words(words, self.vocab))
     }
 
     fn advance(&mut self, ids: &[u32]) -> Result<(), CoreError> {
@@ -97,11 +111,18 @@ impl Constraint for MatcherConstraint {
                 ids[taken]
             )));
         }
+        if let Some(bounds) = &mut self.bounds {
+            bounds.advance(ids);
+        }
         Ok(())
     }
 
     fn rollback(&mut self, n: usize) -> Result<(), CoreError> {
-        self.matcher.rollback(n).map_err(|e| self.failed(e))
+        self.matcher.rollback(n).map_err(|e| self.failed(e))?;
+        if let Some(bounds) = &mut self.bounds {
+            bounds.rollback(n);
+        }
+        Ok(())
     }
 
     fn forced(&mut self) -> Result<Vec<u32>, CoreError> {

@@ -20,10 +20,14 @@
 
 mod error;
 mod format;
+mod json_bounds;
 mod matcher;
 mod vocabulary;
 
 pub use error::StructuredError;
 pub use format::{OutputFormat, MAX_GRAMMAR_BYTES};
+pub use json_bounds::{
+    MAX_EXPONENT_DIGITS, MAX_FRACTION_DIGITS, MAX_INTEGER_DIGITS, MAX_WHITESPACE,
+};
 pub use matcher::GrammarConstraint;
 pub use vocabulary::GrammarVocabulary;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use llguidance::ParserFactory;
 use toktrie_hf_tokenizers::ByteTokenizer;
 
+use super::json_bounds::JsonTokens;
 use super::{GrammarConstraint, OutputFormat, StructuredError};
 use crate::Tokenizer;
 
@@ -14,6 +15,8 @@ use crate::Tokenizer;
 #[derive(Clone)]
 pub struct GrammarVocabulary {
     factory: Arc<ParserFactory>,
+    /// The tokens as the bounds on JSON values read them.
+    json_tokens: Arc<JsonTokens>,
     /// The target's logits width (the masks' size).
     vocab: usize,
 }
@@ -48,20 +51,30 @@ impl GrammarVocabulary {
         let env = bytes.into_tok_env(Some(width)).map_err(|e| bad(&e))?;
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| bad(&e))?;
         factory.quiet();
+        let json_tokens = Arc::new(JsonTokens::new(factory.tok_env().clone()));
         Ok(Self {
             factory: Arc::new(factory),
+            json_tokens,
             vocab: model_vocab,
         })
     }
 
     /// `format` compiled for this vocabulary: an error naming the problem when the schema,
-    /// regex or grammar is invalid or uses something unsupported.
+    /// regex or grammar is invalid or uses something unsupported. A JSON format (a schema or
+    /// any object) also bounds its numbers and whitespace where the schema leaves them open
+    /// (see [`MAX_INTEGER_DIGITS`](super::MAX_INTEGER_DIGITS) and the constants beside it).
     pub fn compile(&self, format: &OutputFormat) -> Result<GrammarConstraint, StructuredError> {
         // Compiled once, here: an invalid format is refused before any generation starts.
         let parser = self
             .factory
             .create_parser(format.grammar()?)
             .map_err(|e| StructuredError::InvalidFormat(e.to_string()))?;
-        Ok(GrammarConstraint::new(parser, self.vocab))
+        let bounds = match format {
+            OutputFormat::JsonObject | OutputFormat::JsonSchema(_) => {
+                Some(self.json_tokens.clone())
+            }
+            OutputFormat::Regex(_) | OutputFormat::Lark(_) => None,
+        };
+        Ok(GrammarConstraint::new(parser, self.vocab, bounds))
     }
 }

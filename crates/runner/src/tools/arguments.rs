@@ -46,6 +46,38 @@ pub fn parse_call(body: &str, syntax: &ToolSyntax) -> Result<ToolCall, String> {
     })
 }
 
+/// A call cut short (the text ended inside it): its name and the arguments written in full so
+/// far (a value counts once the `,` or `}` after it is written); `None` before the name and
+/// its `{` are complete.
+pub fn parse_cut_call(body: &str, syntax: &ToolSyntax) -> Option<ToolCall> {
+    let rest = body.trim_start().strip_prefix("call:")?;
+    let open = rest.find('{')?;
+    let name = rest[..open].trim();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_alphanumeric() || "_-.".contains(c))
+    {
+        return None;
+    }
+    let mut cursor = Cursor {
+        text: &rest[open + 1..],
+        quote: &syntax.quote,
+        depth: 1,
+    };
+    let mut arguments = Map::new();
+    while let Ok((key, value)) = cursor.pair() {
+        if !(cursor.eat(",") || cursor.eat("}")) {
+            break;
+        }
+        arguments.insert(key, value);
+    }
+    Some(ToolCall {
+        name: name.to_string(),
+        arguments,
+    })
+}
+
 /// Most objects and arrays nested in a call's arguments (serde_json's limit): the reader
 /// recurses once per level, and model output must not be able to exhaust the stack.
 const MAX_DEPTH: usize = 128;
@@ -104,9 +136,7 @@ impl Cursor<'_> {
             return Ok(map);
         }
         loop {
-            let key = self.key()?;
-            self.expect(":")?;
-            let value = self.value()?;
+            let (key, value) = self.pair()?;
             map.insert(key, value);
             if self.eat("}") {
                 self.depth -= 1;
@@ -114,6 +144,13 @@ impl Cursor<'_> {
             }
             self.expect(",")?;
         }
+    }
+
+    /// `key:value`.
+    fn pair(&mut self) -> Result<(String, Value), String> {
+        let key = self.key()?;
+        self.expect(":")?;
+        Ok((key, self.value()?))
     }
 
     fn key(&mut self) -> Result<String, String> {
@@ -215,6 +252,31 @@ mod tests {
         assert!(call.arguments.is_empty());
         let call = parse_call("call:echo{text:<escape>a,b}<escape>}", &fg).unwrap();
         assert_eq!(call.arguments["text"], "a,b}");
+    }
+
+    #[test]
+    fn a_cut_call_keeps_its_name_and_the_arguments_written_in_full() {
+        let g4 = ToolSyntax::gemma4();
+        let q = "<|\"|>";
+        let cut =
+            |body: &str| parse_cut_call(body, &g4).map(|c| (c.name, Value::Object(c.arguments)));
+        assert_eq!(cut("call:get_"), None);
+        assert_eq!(cut("call:bad name{a:1,"), None);
+        assert_eq!(cut("call:f{"), Some(("f".into(), json!({}))));
+        assert_eq!(cut("call:f{chapter:12"), Some(("f".into(), json!({}))));
+        assert_eq!(
+            cut(&format!("call:f{{chapter:12,book:{q}Gen")),
+            Some(("f".into(), json!({"chapter": 12})))
+        );
+        assert_eq!(
+            cut(&format!("call:f{{book:{q}Gen{q},at:{{v:[1,2]}},n:")),
+            Some(("f".into(), json!({"book": "Gen", "at": {"v": [1, 2]}})))
+        );
+        let open = format!("call:f{{a:{}", "[".repeat(100_000));
+        assert_eq!(
+            parse_cut_call(&open, &g4).map(|c| c.arguments.len()),
+            Some(0)
+        );
     }
 
     #[test]

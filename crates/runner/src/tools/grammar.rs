@@ -61,16 +61,19 @@ pub fn call_grammar(
     grammar
 }
 
-/// Any value of the syntax (for parameters without a schema).
+/// Any value of the syntax (for parameters without a schema). Numbers are bounded as the JSON
+/// outputs' are (at most 16 digits before the point and 16 after it), and a key to 64
+/// characters, so a weak model cannot run on inside a number and never close the call;
+/// strings are bounded only by their schema's `maxLength`.
 const GENERIC: &str = "\
 value: string | NUMBER | \"true\" | \"false\" | \"null\" | object | array
 object: \"{\" (pair (\",\" pair)*)? \"}\"
 pair: KEY \":\" value
 array: \"[\" (value (\",\" value)*)? \"]\"
-KEY: /[A-Za-z_][A-Za-z0-9_]*/
+KEY: /[A-Za-z_][A-Za-z0-9_]{0,63}/
 TEXT: /[^<]*/
-NUMBER: /-?(0|[1-9][0-9]*)(\\.[0-9]+)?/
-INTEGER: /-?(0|[1-9][0-9]*)/
+NUMBER: /-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,16})?/
+INTEGER: /-?(0|[1-9][0-9]{0,15})/
 ";
 
 /// The rules generated for the tools' schemas.

@@ -15,7 +15,7 @@ mod grammar;
 mod splitter;
 mod syntax;
 
-pub use arguments::{parse_call, ToolCall};
+pub use arguments::{parse_call, parse_cut_call, ToolCall};
 pub use grammar::{call_grammar, ToolChoice};
 pub(crate) use splitter::held_back;
 pub use splitter::{Split, ToolCallSplitter};

@@ -1,6 +1,6 @@
 //! Generated text split into content and tool calls as it streams.
 
-use super::{parse_call, ToolCall, ToolSyntax};
+use super::{parse_call, parse_cut_call, ToolCall, ToolSyntax};
 
 /// A piece of the split text.
 #[derive(Debug, Clone, PartialEq)]
@@ -9,12 +9,16 @@ pub enum Split {
     Text(String),
     /// A complete call.
     Call(ToolCall),
+    /// A call the text ended inside (the token budget ran out): its name and the arguments
+    /// written in full ([`parse_cut_call`]).
+    Cut(ToolCall),
 }
 
 /// Splits streamed text into content and calls: text before a call's start marker is content
 /// (a tail that may be the start of a marker is held back until it is not), the text between
-/// the markers is parsed as a call. A call that does not parse, or is still open when the text
-/// ends, is kept as content (with its markers), so nothing the model wrote is lost.
+/// the markers is parsed as a call. A call that does not parse is kept as content (with its
+/// markers), so nothing the model wrote is lost; a call still open when the text ends is a
+/// [`Split::Cut`] once its name is written, else content too.
 #[derive(Debug, Clone)]
 pub struct ToolCallSplitter {
     syntax: ToolSyntax,
@@ -77,6 +81,12 @@ impl ToolCallSplitter {
     /// The end of the text: whatever is held back, as content.
     pub fn finish(&mut self) -> Vec<Split> {
         let rest = std::mem::take(&mut self.buffer);
+        if self.in_call {
+            if let Some(call) = parse_cut_call(&rest, &self.syntax) {
+                self.in_call = false;
+                return vec![Split::Cut(call)];
+            }
+        }
         let text = if self.in_call {
             format!("{}{rest}", self.syntax.call_start)
         } else {
@@ -142,7 +152,7 @@ mod tests {
     }
 
     #[test]
-    fn text_that_only_looks_like_a_marker_and_broken_calls_stay_text() {
+    fn text_that_only_looks_like_a_marker_and_broken_calls_stay_text_and_cut_calls_are_cut() {
         assert_eq!(
             run(&["a <|tool", " b"]),
             vec![Split::Text("a <|tool b".into())]
@@ -152,8 +162,14 @@ mod tests {
             vec![Split::Text("<|tool_call>call:f{a:}<tool_call|>x".into())]
         );
         assert_eq!(
-            run(&["x<|tool_call>call:f{"]),
-            vec![Split::Text("x<|tool_call>call:f{".into())]
+            run(&["x<|tool_call>call:f"]),
+            vec![Split::Text("x<|tool_call>call:f".into())]
+        );
+        let cut = parse_cut_call("call:f{a:1,", &ToolSyntax::gemma4()).unwrap();
+        assert_eq!(cut.arguments.len(), 1);
+        assert_eq!(
+            run(&["x<|tool_call>call:f{a:1,", "b:2"]),
+            vec![Split::Text("x".into()), Split::Cut(cut)]
         );
         assert_eq!(run(&["é<|", "é"]), vec![Split::Text("é<|é".into())]);
     }
