@@ -11,8 +11,10 @@ template, tools/serve_clients/gemma3_turns.jinja), then with each server:
   `json_object`;
 * ollama: `chat(..., format=Model.model_json_schema())`, `generate(format="json")`;
 * generated schemas (objects, nested objects, `$defs`/`$ref` from nested pydantic models,
-  optional fields (`anyOf` with null), enums, arrays, bounded strings and integers), greedy and
-  sampled, alternating between the two clients.
+  optional fields (`anyOf` with null), enums, arrays, bounded strings, integers in ranges and
+  open-ended integers and numbers), greedy and sampled, alternating between the two clients;
+* pydantic models with unbounded `int` and `float` fields (the grammar bounds their digits),
+  greedy and sampled, with both clients.
 
 Every output must parse and validate against its schema with the `jsonschema` package (an
 independent validator). Prints one line per check and writes a JSON summary (--out).
@@ -59,6 +61,14 @@ class Person(BaseModel):
     hobbies: List[Annotated[str, Field(max_length=20)]] = Field(max_length=3)
 
 
+# Numbers the schema leaves open: the grammar bounds their digits, so a weak model's reply ends.
+class Tally(BaseModel):
+    label: str = Field(max_length=20)
+    count: int
+    ratio: float
+    offsets: List[int] = Field(max_length=3)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -83,13 +93,15 @@ def bounded_string(rng):
 
 
 def random_value_schema(rng, depth):
-    kinds = ["string", "integer", "boolean", "enum", "array", "object", "optional"]
-    kind = rng.choice(kinds if depth < 2 else kinds[:4])
+    kinds = ["string", "integer", "boolean", "enum", "open number", "array", "object", "optional"]
+    kind = rng.choice(kinds if depth < 2 else kinds[:5])
     if kind == "string":
         return bounded_string(rng)
     if kind == "integer":
         lo = rng.randint(-100, 100)
         return {"type": "integer", "minimum": lo, "maximum": lo + rng.randint(0, 500)}
+    if kind == "open number":
+        return rng.choice([{"type": "integer"}, {"type": "number"}, {"type": "integer", "minimum": 0}])
     if kind == "boolean":
         return {"type": "boolean"}
     if kind == "enum":
@@ -171,6 +183,18 @@ def main() -> int:
             ok = (r.choices[0].finish_reason == "stop" and isinstance(json.loads(content), dict)) or \
                  (r.choices[0].finish_reason == "length" and getattr(r, "structured_output", None) == "incomplete")
             check(f"{label}: openai json_object", ok, f"finish={r.choices[0].finish_reason} {content[:60]!r}")
+
+            for temperature in (0, 0.8):
+                r = client.chat.completions.parse(model=model, messages=msgs, response_format=Tally,
+                                                  temperature=temperature, seed=3, max_tokens=400)
+                parsed = r.choices[0].message.parsed
+                check(f"{label}: openai parse, unbounded int/float (T {temperature})", isinstance(parsed, Tally),
+                      repr(r.choices[0].message.content[:80]))
+                r = oc.chat(model=model, messages=msgs, format=Tally.model_json_schema(),
+                            options={"temperature": temperature, "seed": 3, "num_predict": 400})
+                Tally.model_validate_json(r.message.content)
+                check(f"{label}: ollama chat format=schema, unbounded int/float (T {temperature})", True,
+                      repr(r.message.content[:80]))
 
             r = oc.chat(model=model, messages=msgs, format=Person.model_json_schema(),
                         options={"temperature": 0, "num_predict": 400})

@@ -8,7 +8,8 @@ makes a round trip: a request with tools whose choice forces a call (OpenAI `too
 ollama `options.tool_choice`, an extension: ollama's API has no way to force one) returns a
 call with JSON arguments that follow the tool's parameter schema; the call and the tool's
 result go back in the conversation; the model answers with text. OpenAI's streamed call is
-checked too. Prints one line per check and writes a JSON summary (--out).
+checked too, forced calls whose integer and number parameters have no bounds end with a call,
+greedy and sampled, and a call cut by `max_tokens` ends with `length` and is reported. Prints one line per check and writes a JSON summary (--out).
 
   /work/venv-serve/bin/python tools/serve_clients/check_tools.py --mtp target/release/mtp
 """
@@ -41,6 +42,13 @@ WEATHER = {
         },
     },
 }
+# Integer and number parameters without bounds: the grammar bounds their digits.
+VERSE = {"type": "function", "function": {
+    "name": "find_verse", "description": "A verse of a book of the Bible",
+    "parameters": {"type": "object", "properties": {"chapter": {"type": "integer"},
+                                                   "verse": {"type": "integer"},
+                                                   "weight": {"type": "number"}},
+                   "required": ["chapter", "verse", "weight"]}}}
 TIME = {"type": "function", "function": {"name": "get_time", "description": "The time in a city",
                                          "parameters": {"type": "object", "properties": {}}}}
 
@@ -99,6 +107,39 @@ def main() -> int:
             check(f"{label}: openai streamed call (named choice)", ok, f"finish={finish}")
 
             oc = ollama.Client(host=base)
+            verse_params = VERSE["function"]["parameters"]
+            for temperature in (0, 0.8):
+                ask = [{"role": "user", "content": "Which verse tells of the flood?"}]
+                r = client.chat.completions.create(model=model, messages=ask, tools=[VERSE],
+                                                   tool_choice="required", temperature=temperature,
+                                                   seed=5, max_tokens=400)
+                choice = r.choices[0]
+                calls = choice.message.tool_calls or []
+                ok = choice.finish_reason == "tool_calls" and len(calls) == 1
+                if ok:
+                    jsonschema.validate(json.loads(calls[0].function.arguments), verse_params)
+                check(f"{label}: openai forced call, integer parameters (T {temperature})", ok,
+                      calls[0].function.arguments if ok else f"finish={choice.finish_reason}")
+                r = oc.chat(model=model, messages=ask, tools=[VERSE],
+                            options={"temperature": temperature, "seed": 5, "num_predict": 400,
+                                     "tool_choice": "required"})
+                calls = r.message.tool_calls or []
+                ok = len(calls) == 1 and r.done_reason == "stop"
+                if ok:
+                    jsonschema.validate(dict(calls[0].function.arguments), verse_params)
+                check(f"{label}: ollama forced call, integer parameters (T {temperature})", ok,
+                      str(dict(calls[0].function.arguments)) if ok else f"done={r.done_reason}")
+            whole = client.chat.completions.create(model=model, messages=msgs, tools=[VERSE],
+                                                   tool_choice="required", temperature=0, max_tokens=400)
+            r = client.chat.completions.create(model=model, messages=msgs, tools=[VERSE],
+                                               tool_choice="required", temperature=0,
+                                               max_tokens=whole.usage.completion_tokens * 2 // 3)
+            calls = r.choices[0].message.tool_calls or []
+            check(f"{label}: openai forced call cut by max_tokens says length, the call so far reported",
+                  r.choices[0].finish_reason == "length" and len(calls) == 1
+                  and calls[0].function.name == "find_verse",
+                  f"finish={r.choices[0].finish_reason} {calls[0].function.arguments if calls else None!r}")
+
             r = oc.chat(model=model, messages=msgs, tools=[WEATHER, TIME],
                         options={"temperature": 0, "num_predict": 150, "tool_choice": "required"})
             calls = r.message.tool_calls or []
