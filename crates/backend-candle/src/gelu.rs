@@ -18,59 +18,14 @@ fn gelu(x: f32) -> f32 {
     x / (1.0 + crate::fast_exp::exp(-2.0 * u))
 }
 
-/// `out[i] = gelu(x[i])`, portable (whatever the build's baseline vectorises).
-fn gelu_into_portable(x: &[f32], out: &mut [f32]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = gelu(v);
-    }
-}
-
-/// [`gelu_into_portable`] with AVX2 and FMA enabled for the loop.
-///
-/// # Safety
-/// The CPU must have AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(unsafe_code)]
-unsafe fn gelu_into_avx2(x: &[f32], out: &mut [f32]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = gelu(v);
-    }
-}
-
-/// `out[i] = gelu(x[i])` with the best loop this CPU runs.
-fn gelu_into(x: &[f32], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-        // SAFETY: AVX2 and FMA were detected just now.
-        #[allow(unsafe_code)]
-        return unsafe { gelu_into_avx2(x, out) };
-    }
-    gelu_into_portable(x, out)
-}
-
 /// Values from which [`gelu_all`] splits the work over the quantized matmul's pool (a verify of
 /// a few tokens through a 2048-wide MLP and up; one decode row stays on the caller).
 const PARALLEL_FROM: usize = 4096;
 
-/// GELU (tanh approximation) of every value of `x`; every value is computed alone, so the split
-/// changes no bits. A pool task that panicked (a bug: the loop indexes nothing out of range) is
-/// an error, as in the quantized products.
+/// GELU (tanh approximation) of every value of `x` ([`crate::elementwise::map_all`]: every value
+/// is computed alone, so the split changes no bits).
 pub(crate) fn gelu_all(x: &[f32]) -> crate::Result<Vec<f32>> {
-    let pool = crate::qmatmul::pool::SpinPool::global();
-    if x.len() < PARALLEL_FROM || pool.threads() < 2 {
-        let mut out = vec![0f32; x.len()];
-        gelu_into(x, &mut out);
-        return Ok(out);
-    }
-    let per_task = x.len().div_ceil(2 * pool.threads()).next_multiple_of(64);
-    let out = pool
-        .run_columns(1, x.len(), per_task, |start, out| {
-            let out = &mut *out[0];
-            gelu_into(&x[start..start + out.len()], out);
-        })
-        .map_err(|_| crate::qmatmul::QMatMulError::TaskPanicked)?;
-    Ok(out)
+    crate::elementwise::map_all(x, PARALLEL_FROM, gelu)
 }
 
 #[cfg(test)]
@@ -97,11 +52,10 @@ mod tests {
             ])
             .collect();
         let got = gelu_all(&xs).expect("no task panics");
-        let mut portable = vec![0f32; xs.len()];
-        gelu_into_portable(&xs, &mut portable);
+        let portable: Vec<f32> = xs.iter().map(|&x| gelu(x)).collect();
         // Split over the pool or not, the same bits.
         let mut serial = vec![0f32; xs.len()];
-        gelu_into(&xs, &mut serial);
+        crate::elementwise::map_into(&xs, &mut serial, gelu);
         assert_eq!(got, serial);
         for ((&x, &g), &p) in xs.iter().zip(&got).zip(&portable) {
             let want = gelu_tanh_f64(x);

@@ -58,6 +58,7 @@
 
 mod dense_rows;
 mod device;
+mod elementwise;
 mod error;
 mod experts;
 mod fast_exp;
@@ -70,6 +71,7 @@ mod quantized;
 mod quantized_tests;
 mod row_scan;
 mod small_attention;
+mod tanh;
 #[cfg(test)]
 mod tests;
 mod topk;

@@ -464,7 +464,11 @@ pub(crate) fn unary(x: &Tensor, op: UnaryOp) -> Result<Tensor> {
         UnaryOp::Log => x.log()?,
         UnaryOp::Sqrt => x.sqrt()?,
         UnaryOp::Rsqrt => x.sqrt()?.recip()?,
-        UnaryOp::Tanh => x.tanh()?,
+        UnaryOp::Tanh => match crate::row_scan::contiguous_f32(x, crate::tanh::tanh_all) {
+            // A contiguous f32 CPU tensor: one vectorised pass, no libm call per element.
+            Some(values) => Tensor::from_vec(values?, x.dims(), x.device())?,
+            None => x.tanh()?,
+        },
         UnaryOp::Abs => x.abs()?,
     };
     Ok(out)
