@@ -25,6 +25,7 @@ use crate::Result;
 pub(crate) const MAX_ROWS: usize = 16;
 
 /// Activation rows dotted per pass over a weight row.
+#[cfg(target_arch = "x86_64")]
 const CHUNK: usize = 4;
 
 /// The least weight bytes a task reads (smaller products run on the calling thread alone).
@@ -159,6 +160,7 @@ unsafe fn rows_avx2(
 }
 
 /// `part[j0 + jj][i] = dots[jj]`.
+#[cfg(target_arch = "x86_64")]
 #[inline]
 fn store<const M: usize>(part: &mut [&mut [f32]], j0: usize, i: usize, dots: [f32; M]) {
     for (jj, d) in dots.into_iter().enumerate() {

@@ -37,6 +37,7 @@ use super::interleaved::GROUP;
 use super::q4_k::Q4K;
 use super::q6_k::Q6K;
 use super::superblock::SuperBlock;
+#[cfg(target_arch = "x86_64")]
 use super::ROW_CHUNK;
 
 /// Groups of 16 weights in a block.
@@ -238,6 +239,7 @@ pub(super) fn groups_scalar(
 }
 
 /// Quants `4 k .. 4 k + 4` of an activation block as one little-endian word.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn run_word(x: &BlockQ8K, k: usize) -> i32 {
     let q = &x.qs[4 * k..4 * k + 4];
@@ -245,6 +247,7 @@ fn run_word(x: &BlockQ8K, k: usize) -> i32 {
 }
 
 /// Bias sums `2 p, 2 p + 1` of an activation block as one word (the `i16` pair `madd` takes).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn bsum_pair(x: &BlockQ8K, p: usize) -> i32 {
     let [a, b] = [

@@ -10,6 +10,7 @@ use std::ops::Range;
 
 use super::acts::{BlockQ8_0, Quantized};
 use super::interleaved::{GROUP, GROUP_BLOCK_BYTES, SCALE_BYTES};
+#[cfg(target_arch = "x86_64")]
 use super::ROW_CHUNK;
 
 // The SIMD kernels hold a group run (4 weights of every row) in one 512-bit register, or two
@@ -203,6 +204,7 @@ fn load_half_block(
 }
 
 /// Run `k` (quants `4 k .. 4 k + 4`) of an activation block as one little-endian word.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn run_word(x: &BlockQ8_0, k: usize) -> i32 {
     let bytes = &x.qs[4 * k..4 * k + 4];
@@ -264,6 +266,7 @@ macro_rules! group_kernel {
 pub(super) use group_kernel;
 
 /// [`store`] for each activation row of a chunk.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(super) fn store_chunk<const M: usize>(
     out: &mut [&mut [f32]],

@@ -25,6 +25,7 @@ fn scales_and_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
 /// [`scales_and_mins`] as two little-endian words of 8 bytes each (scales, minimums), by
 /// 32-bit masks and shifts over the 12 packed bytes (ggml's `utmp` trick) instead of byte by
 /// byte.
+#[cfg(target_arch = "x86_64")]
 fn packed_scales_and_mins(s: &[u8]) -> (u64, u64) {
     const SIX: u32 = 0x3f3f_3f3f;
     const LOW: u32 = 0x0f0f_0f0f;
@@ -97,6 +98,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn packed_scales_and_mins_equal_the_byte_by_byte_ones() {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..2000 {

@@ -37,6 +37,7 @@ pub(super) fn each_chunk<X>(
 /// monomorphised for every chunk size `M` in `1..=ROW_CHUNK` (a constant trip count, so the
 /// accumulators live in registers), called per weight row and chunk of activation rows.
 /// The generated function has the target features `$features`, the chunk bodies' own.
+#[cfg(target_arch = "x86_64")]
 macro_rules! fixed_chunk_rows {
     (
         $(#[$doc:meta])*
@@ -78,9 +79,11 @@ macro_rules! fixed_chunk_rows {
         }
     };
 }
+#[cfg(target_arch = "x86_64")]
 pub(super) use fixed_chunk_rows;
 
 /// `out[jj][i] = acc[jj]`: one weight row's results for a chunk of activation rows.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(super) fn store<const M: usize>(out: &mut [&mut [f32]], i: usize, acc: [f32; M]) {
     for (o, a) in out.iter_mut().zip(acc) {
