@@ -15,7 +15,7 @@
 # runs cmake over MLX's C++ and Metal sources, which needs Xcode's SDK and the Metal compiler),
 # and anything past type-checking (linking, running) on either Apple path.
 #
-#   scripts/check-apple.sh          # ~5 min cold (std from source, then the crates)
+#   scripts/check-apple.sh          # ~8 min cold on 2 cores (std from source, then the crates)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
