@@ -14,9 +14,8 @@ use crate::CoreError;
 /// Every operation on listed probabilities visits the support in ascending id order, which is
 /// the order a dense `Vec<f64>` over the vocabulary would be visited in with its zeros skipped,
 /// so sums, argmax and inverse-CDF sampling give bit-for-bit the values of a dense
-/// representation. A
-/// distribution whose support is the whole vocabulary (a softmax nothing truncated) keeps no id
-/// list: `probs` is then indexed by id.
+/// representation. A distribution whose support is the whole vocabulary (a softmax nothing
+/// truncated) keeps no id list: `probs` is then indexed by id.
 ///
 /// A whole row's softmax (temperature and penalties only) is kept as its `f32` weights and
 /// their blocked `f64` total (the `vector` module states the rounding): `p(x)` is one

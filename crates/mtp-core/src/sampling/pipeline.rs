@@ -655,8 +655,6 @@ mod tests {
         assert_eq!(d.dense(), vec![0.0, 1.0]);
     }
 
-    /// The `k` largest logits (lower id first on ties) with their values, in a scrambled
-    /// (reversed) order, as a device top-k may return them.
     /// The candidate path over every logit of `logits` (a top row of the whole vocabulary,
     /// which no dense-row shortcut takes unless nothing truncates it).
     fn general_path(logits: &[f32], context: &[u32], options: &SamplerOptions) -> Distribution {
@@ -714,6 +712,8 @@ mod tests {
         );
     }
 
+    /// The `k` largest logits (lower id first on ties) with their values, in a scrambled
+    /// (reversed) order, as a device top-k may return them.
     fn largest(logits: &[f32], k: usize) -> (Vec<u32>, Vec<f32>) {
         let mut order: Vec<u32> = (0..logits.len() as u32).collect();
         order.sort_by(|&a, &b| {

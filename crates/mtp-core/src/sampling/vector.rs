@@ -501,18 +501,23 @@ mod tests {
         assert_eq!(exp_neg(f32::NEG_INFINITY), 0.0);
     }
 
-    #[test]
-    fn softmax_row_sums_its_blocks_and_samples_positive_weights() {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        let row: Vec<f32> = (0..5000)
+    /// `len` logits drawn uniformly from `range` (seeded), every `every`-th one −∞.
+    fn masked_row(seed: u64, len: usize, every: usize, range: std::ops::Range<f32>) -> Vec<f32> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..len)
             .map(|i| {
-                if i % 7 == 0 {
+                if i % every == 0 {
                     f32::NEG_INFINITY
                 } else {
-                    rng.random_range(-20.0f32..5.0)
+                    rng.random_range(range.clone())
                 }
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn softmax_row_sums_its_blocks_and_samples_positive_weights() {
+        let row = masked_row(7, 5000, 7, -20.0..5.0);
         let s = SoftmaxRow::of_logits(&row, 1.0 / 0.8);
         let direct: f64 = s.weights.iter().map(|&w| f64::from(w)).sum();
         assert_eq!(s.total, SoftmaxRow::total_of_logits(&row, 1.0 / 0.8));
@@ -549,16 +554,7 @@ mod tests {
     /// loops' bits.
     #[test]
     fn vectorised_passes_match_the_plain_loops_bit_for_bit() {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(13);
-        let row: Vec<f32> = (0..70_001)
-            .map(|i| {
-                if i % 11 == 0 {
-                    f32::NEG_INFINITY
-                } else {
-                    rng.random_range(-60.0f32..12.0)
-                }
-            })
-            .collect();
+        let row = masked_row(13, 70_001, 11, -60.0..12.0);
         let max = RowMax(&row).run();
         assert_eq!(max.to_bits(), row_max(&row).to_bits());
         let inv_temperature = 1.0 / 0.7;

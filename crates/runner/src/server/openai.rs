@@ -350,18 +350,24 @@ pub async fn chat_completions(
     // Calls streamed so far (their `index`).
     let called = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = called.clone();
-    let stream_calls = move |calls: Vec<crate::tools::ToolCall>| -> Option<Vec<Value>> {
-        (!calls.is_empty()).then(|| {
-            calls
-                .iter()
-                .map(|call| {
-                    let mut value = openai_call(call, request_id("call"));
-                    let index = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    value["index"] = Value::from(index);
-                    value
-                })
-                .collect()
-        })
+    // Complete calls, then the call the reply was cut inside (if any), each with its index.
+    let stream_calls = move |calls: Vec<crate::tools::ToolCall>,
+                             cut: Option<crate::tools::ToolCall>|
+          -> Option<Vec<Value>> {
+        let shaped: Vec<Value> = calls
+            .iter()
+            .map(|call| openai_call(call, request_id("call")))
+            .chain(
+                cut.iter()
+                    .map(|call| openai_cut_call(call, request_id("call"))),
+            )
+            .map(|mut value| {
+                let index = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                value["index"] = Value::from(index);
+                value
+            })
+            .collect();
+        (!shaped.is_empty()).then_some(shaped)
     };
     let object = "chat.completion.chunk";
     let first = envelope(
@@ -380,27 +386,22 @@ pub async fn chat_completions(
                 let (content, calls) = (parts.content, parts.calls);
                 let mut choice = delta(None, Some(content), lps, None);
                 if let Some(d) = choice.delta.as_mut() {
-                    d.tool_calls = stream_calls(calls);
+                    d.tool_calls = stream_calls(calls, None);
                 }
                 envelope(vec![choice], object)
             }
             Piece::End(done) => {
                 // What the splitter held back ends the text.
                 let parts = splitter.push("", true);
-                let (content, calls) = (parts.content, parts.calls);
-                let mut calls = stream_calls(calls);
+                let (content, calls, cut) = (parts.content, parts.calls, parts.cut);
                 let any_call = called.load(std::sync::atomic::Ordering::Relaxed) > 0;
-                let finish = if (any_call || calls.is_some()) && parts.cut.is_none() {
+                // A call cut short ends with the generation's own reason (`length`).
+                let finish = if (any_call || !calls.is_empty()) && cut.is_none() {
                     "tool_calls"
                 } else {
                     done.reason.openai()
                 };
-                if let Some(cut) = &parts.cut {
-                    let mut value = openai_cut_call(cut, request_id("call"));
-                    let index = called.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    value["index"] = Value::from(index);
-                    calls.get_or_insert_with(Vec::new).push(value);
-                }
+                let calls = stream_calls(calls, cut);
                 let mut choice = delta(
                     None,
                     (!content.is_empty()).then_some(content),

@@ -194,13 +194,19 @@ impl RequestTools {
 /// A call in OpenAI's shape: `{"id", "type": "function", "function": {"name", "arguments":
 /// "<JSON text>"}}`.
 pub fn openai_call(call: &ToolCall, id: String) -> Value {
+    openai_shape(call, id, arguments_text(call))
+}
+
+/// The JSON text of a call's arguments.
+fn arguments_text(call: &ToolCall) -> String {
+    Value::Object(call.arguments.clone()).to_string()
+}
+
+fn openai_shape(call: &ToolCall, id: String, arguments: String) -> Value {
     json!({
         "id": id,
         "type": "function",
-        "function": {
-            "name": call.name,
-            "arguments": Value::Object(call.arguments.clone()).to_string(),
-        },
+        "function": {"name": call.name, "arguments": arguments},
     })
 }
 
@@ -234,11 +240,9 @@ pub fn template_call(api: Api, call: &Value, at: &str) -> Result<Value, ApiError
 /// full, left open (no closing `}`), as OpenAI's own arguments are when `max_tokens` ends a
 /// call — it does not parse, and `finish_reason` says `length`.
 pub fn openai_cut_call(call: &ToolCall, id: String) -> Value {
-    let mut value = openai_call(call, id);
-    let mut text = Value::Object(call.arguments.clone()).to_string();
+    let mut text = arguments_text(call);
     text.pop();
-    value["function"]["arguments"] = Value::String(text);
-    value
+    openai_shape(call, id, text)
 }
 
 /// Split pieces gathered: the content, the complete calls and the call cut short, if any.

@@ -11,8 +11,8 @@
 //!   is as many as an IEEE double keeps; RFC 8259 §6),
 //! * a fraction past [`MAX_FRACTION_DIGITS`] digits,
 //! * an exponent past [`MAX_EXPONENT_DIGITS`] digits (a double's exponent is at most 308),
-//! * or a run of whitespace past [`MAX_WHITESPACE`] bytes (one newline and 20 spaces of
-//!   indentation, llama.cpp's bound; there is none at all in the default layout).
+//! * or a run of whitespace past [`MAX_WHITESPACE`] bytes (room for a newline and 20 spaces of
+//!   indentation, about llama.cpp's bound; the default layout has no free whitespace at all).
 //!
 //! Strings stay as the schema says (their `maxLength`, else unbounded). The bound narrows the
 //! grammar's choices and never replaces them: where a schema itself needs a longer number

@@ -16,23 +16,9 @@ pub struct ToolCall {
 /// The call in `body` (the text between the call markers: `call:NAME{...}`), or why it is not
 /// one.
 pub fn parse_call(body: &str, syntax: &ToolSyntax) -> Result<ToolCall, String> {
-    let rest = body
-        .trim()
-        .strip_prefix("call:")
-        .ok_or_else(|| format!("a tool call starts with `call:`, got {body:?}"))?;
-    let open = rest
-        .find('{')
-        .ok_or_else(|| format!("no `{{` after the function name in {body:?}"))?;
-    let name = rest[..open].trim();
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_alphanumeric() || "_-.".contains(c))
-    {
-        return Err(format!("bad function name {name:?}"));
-    }
+    let (name, arguments) = call_head(body.trim())?;
     let mut cursor = Cursor {
-        text: &rest[open..],
+        text: arguments,
         quote: &syntax.quote,
         depth: 0,
     };
@@ -50,18 +36,9 @@ pub fn parse_call(body: &str, syntax: &ToolSyntax) -> Result<ToolCall, String> {
 /// far (a value counts once the `,` or `}` after it is written); `None` before the name and
 /// its `{` are complete.
 pub fn parse_cut_call(body: &str, syntax: &ToolSyntax) -> Option<ToolCall> {
-    let rest = body.trim_start().strip_prefix("call:")?;
-    let open = rest.find('{')?;
-    let name = rest[..open].trim();
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_alphanumeric() || "_-.".contains(c))
-    {
-        return None;
-    }
+    let (name, arguments) = call_head(body.trim_start()).ok()?;
     let mut cursor = Cursor {
-        text: &rest[open + 1..],
+        text: arguments.strip_prefix('{')?,
         quote: &syntax.quote,
         depth: 1,
     };
@@ -76,6 +53,25 @@ pub fn parse_cut_call(body: &str, syntax: &ToolSyntax) -> Option<ToolCall> {
         name: name.to_string(),
         arguments,
     })
+}
+
+/// `call:NAME{...`: the function's name and the text from its `{` on, or why it is not a call.
+fn call_head(body: &str) -> Result<(&str, &str), String> {
+    let rest = body
+        .strip_prefix("call:")
+        .ok_or_else(|| format!("a tool call starts with `call:`, got {body:?}"))?;
+    let open = rest
+        .find('{')
+        .ok_or_else(|| format!("no `{{` after the function name in {body:?}"))?;
+    let name = rest[..open].trim();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_alphanumeric() || "_-.".contains(c))
+    {
+        return Err(format!("bad function name {name:?}"));
+    }
+    Ok((name, &rest[open..]))
 }
 
 /// Most objects and arrays nested in a call's arguments (serde_json's limit): the reader
