@@ -33,6 +33,7 @@
 //! | [`caches`] | speculation rollback and fork isolation of the KV caches |
 //! | [`engine`] | greedy MTP == plain greedy; tokens and logits match the reference |
 //! | [`proposers`] | drafters right a known share: exact accepted counts; prompt lookup == plain |
+//! | [`invariance`] | a block's rows get the bits each row gets alone: linear, quantized linear, attention, row-wise ops |
 //! | [`batch`] | a continuous batch: each sequence == itself alone; sampled χ² with speculation switching |
 //!
 //! The machinery: [`inputs`] (random host data, built contiguous or as transposed / sliced
@@ -45,6 +46,7 @@ pub mod engine;
 pub mod error;
 pub mod harness;
 pub mod inputs;
+pub mod invariance;
 pub mod op;
 pub mod ops;
 pub mod proposers;
@@ -62,6 +64,7 @@ pub mod cases {
     pub use crate::batch;
     pub use crate::caches;
     pub use crate::engine;
+    pub use crate::invariance;
     pub use crate::ops::{
         creation, elementwise, errors, fused, hooks, indexing, linalg, reduce, shape,
     };

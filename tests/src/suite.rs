@@ -59,6 +59,7 @@ macro_rules! conformance_suite {
                 mismatched_shapes_are_errors, bad_axes_are_errors, fused_argument_errors,
                 host_errors,
             ],
+            invariance: [linear_rows, quant_linear_rows, attention_rows, row_ops_rows],
             caches: [full_cache_rollback, rotating_cache_rollback, cache_forks_are_isolated],
             engine: [
                 greedy_mtp_matches_plain, greedy_tokens_match_reference, logits_match_reference,

@@ -1,28 +1,31 @@
-//! `y = x @ Wᵀ` for a few rows of `f32` activations (a decode step, a speculative verify of
-//! `k + 1` tokens) against a dense `f32` weight `[out, in]` on the CPU, each weight row read in
-//! place and dotted with every activation row while it sits in L1.
+//! `y = x @ Wᵀ` for a few rows of activations (a decode step, a speculative verify of `k + 1`
+//! tokens, the packed rows of a continuous batch) against a dense weight `[out, in]` in `f32`,
+//! `bf16` or `f16` on the CPU, each weight row read in place and dotted with every activation
+//! row while it sits in L1.
 //!
 //! candle's CPU matmul (the `gemm` crate) packs the transposed weight into its own panels on
 //! every call with more than one row: for the default pair's verify forwards about a third of
-//! all samples were that packing, so a verify of 2–5 rows cost 2.7–3.1 single-row steps.
+//! all samples were that packing, so a verify of 2–5 rows cost 2.7–3.1 single-row steps. It
+//! also rounds a row differently with the number of rows beside it (another kernel for one row,
+//! half-precision blocks converted per panel), so a verify row could get other bits than the
+//! same row decoded alone.
 //!
 //! Each output `y[j][i]` is one dot product whose order depends only on `in` (two 8-lane
 //! fused multiply-add chains over 16-column steps, then 8, then the scalar tail), never on how
-//! many rows were given or how the work was split over threads: a row of a verify forward gets
-//! the bits it gets alone.
+//! many rows were given, where a row sits among them, or how the work was split over threads:
+//! a row of a verify forward gets the bits it gets alone. **Rounding:** half-precision weights
+//! and activations are widened to `f32` exactly, the dot product is the same `f32` sum as for
+//! `f32` weights, and the result is rounded once to the activations' dtype.
 
 use std::ops::Range;
 use std::sync::Arc;
 
-use candle_core::{DType as CDType, Device, Tensor};
+use candle_core::{CpuStorage, DType as CDType, Device, Storage, Tensor};
+use half::slice::HalfFloatSliceExt;
 
 use crate::qmatmul::SpinPool;
 use crate::row_scan::contiguous_f32;
 use crate::Result;
-
-/// The most activation rows this path takes (above it, prefill chunks go to candle's packed
-/// matmul, whose packing pays for itself over many rows).
-pub(crate) const MAX_ROWS: usize = 16;
 
 /// Activation rows dotted per pass over a weight row.
 #[cfg(target_arch = "x86_64")]
@@ -34,11 +37,40 @@ const MIN_TASK_BYTES: usize = 64 << 10;
 /// Tasks per pool thread.
 const TASKS_PER_THREAD: usize = 4;
 
-/// `x @ wᵀ` by the few-row kernel when it applies — CPU, both `f32`, `w` `[out, in]`
-/// contiguous, at most [`MAX_ROWS`] rows of `x`, a CPU with AVX2 and FMA — else `None` (the
-/// caller runs the portable path).
-pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
-    if !matches!(x.device(), Device::Cpu) || x.dtype() != CDType::F32 || !available() {
+/// The weight element types read in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Element {
+    F32,
+    BF16,
+    F16,
+}
+
+impl Element {
+    fn of(dtype: CDType) -> Option<Self> {
+        match dtype {
+            CDType::F32 => Some(Self::F32),
+            CDType::BF16 => Some(Self::BF16),
+            CDType::F16 => Some(Self::F16),
+            _ => None,
+        }
+    }
+
+    fn bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::BF16 | Self::F16 => 2,
+        }
+    }
+}
+
+/// `x @ wᵀ` by the few-row kernel when it applies — CPU, `x` and `w` of one dtype (`f32`,
+/// `bf16` or `f16`), `w` `[out, in]` contiguous, at most `max_rows` rows of `x` (the
+/// [`RowInvariance`](crate::RowInvariance) limit: above it candle's packed matmul, whose
+/// packing pays for itself over a long prefill chunk), a CPU with AVX2, FMA and F16C — else
+/// `None` (the caller runs the portable path).
+pub(crate) fn linear(x: &Tensor, w: &Tensor, max_rows: usize) -> Option<Result<Tensor>> {
+    let element = Element::of(x.dtype())?;
+    if !matches!(x.device(), Device::Cpu) || w.dtype() != x.dtype() || !available() {
         return None;
     }
     let (out, cols) = w.dims2().ok()?;
@@ -47,28 +79,92 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor) -> Option<Result<Tensor>> {
         return None;
     }
     let n: usize = dims[..dims.len() - 1].iter().product();
-    if n == 0 || n > MAX_ROWS {
+    if n == 0 || n > max_rows {
         return None;
     }
-    let xs: Vec<f32> = contiguous_f32(x, |v| v.to_vec())
-        .or_else(|| contiguous_f32(&x.contiguous().ok()?, |v| v.to_vec()))?;
-    // The weight must be readable in place (a contiguous f32 CPU tensor), checked before any
-    // task starts.
-    contiguous_f32(w, |v| v.len() == out * cols).filter(|&ok| ok)?;
+    // The weight must be readable in place (a contiguous CPU tensor), checked before any task
+    // starts.
+    weight_len(w).filter(|&len| len == out * cols)?;
+    let xs = match activations(x) {
+        Ok(Some(xs)) => xs,
+        Ok(None) => return None,
+        Err(e) => return Some(Err(e)),
+    };
     let mut shape = dims.to_vec();
     shape.pop();
     shape.push(out);
+    let dtype = x.dtype();
     Some(
-        run(Arc::new(xs), n, w.clone(), out, cols, SpinPool::global())
-            .and_then(|y| Ok(Tensor::from_vec(y, shape, x.device())?)),
+        run(
+            Arc::new(xs),
+            n,
+            w.clone(),
+            out,
+            cols,
+            element,
+            SpinPool::global(),
+        )
+        .and_then(|y| {
+            let y = Tensor::from_vec(y, shape, x.device())?;
+            Ok(if dtype == CDType::F32 {
+                y
+            } else {
+                y.to_dtype(dtype)?
+            })
+        }),
     )
 }
 
-/// Whether this CPU has the kernel's instruction set.
+/// The activations as `f32` rows (half precision widened exactly), or `None` where they cannot
+/// be read.
+fn activations(x: &Tensor) -> Result<Option<Vec<f32>>> {
+    if x.dtype() == CDType::F32 {
+        return Ok(contiguous_f32(x, |v| v.to_vec())
+            .or_else(|| contiguous_f32(&x.contiguous().ok()?, |v| v.to_vec())));
+    }
+    let wide = x.to_dtype(CDType::F32)?;
+    Ok(contiguous_f32(&wide, |v| v.to_vec()))
+}
+
+/// A contiguous CPU weight's values, in place.
+enum WeightValues<'a> {
+    F32(&'a [f32]),
+    /// `bf16` or `f16` bits.
+    Half(&'a [u16]),
+}
+
+/// `f(values)` for a contiguous `f32`, `bf16` or `f16` CPU tensor; `None` otherwise.
+fn with_weight<T>(w: &Tensor, f: impl FnOnce(WeightValues<'_>) -> T) -> Option<T> {
+    let (storage, layout) = w.storage_and_layout();
+    let (start, end) = layout.contiguous_offsets()?;
+    match &*storage {
+        Storage::Cpu(CpuStorage::F32(v)) => Some(f(WeightValues::F32(v.get(start..end)?))),
+        Storage::Cpu(CpuStorage::BF16(v)) => {
+            Some(f(WeightValues::Half(v.get(start..end)?.reinterpret_cast())))
+        }
+        Storage::Cpu(CpuStorage::F16(v)) => {
+            Some(f(WeightValues::Half(v.get(start..end)?.reinterpret_cast())))
+        }
+        _ => None,
+    }
+}
+
+/// The number of values [`with_weight`] reads.
+fn weight_len(w: &Tensor) -> Option<usize> {
+    with_weight(w, |v| match v {
+        WeightValues::F32(v) => v.len(),
+        WeightValues::Half(v) => v.len(),
+    })
+}
+
+/// Whether this CPU has the kernel's instruction set: AVX2, FMA and F16C (which every x86-64
+/// CPU with AVX2 has).
 fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+        std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -84,30 +180,85 @@ fn run(
     w: Tensor,
     out: usize,
     cols: usize,
+    element: Element,
     pool: &SpinPool,
 ) -> Result<Vec<f32>> {
     let tasks_wanted = pool.threads().max(1) * TASKS_PER_THREAD;
     let per_task = out
         .div_ceil(tasks_wanted)
-        .max(MIN_TASK_BYTES.div_ceil(cols * 4))
+        .max(MIN_TASK_BYTES.div_ceil(cols * element.bytes()))
         .clamp(1, out.max(1));
     let y = pool
         .run_columns(n, out, per_task, move |start, part| {
             let len = part.first().map_or(0, |p| p.len());
-            // The weight was checked contiguous f32 above; a tensor's storage does not change.
-            contiguous_f32(&w, |wv| rows(&x, cols, wv, start..start + len, part));
+            // The weight was checked contiguous above; a tensor's storage does not change.
+            with_weight(&w, |wv| {
+                let range = start..start + len;
+                match (wv, element) {
+                    (WeightValues::F32(wv), _) => rows::<F32>(&x, cols, wv, range, part),
+                    (WeightValues::Half(wv), Element::BF16) => {
+                        rows::<Bf16>(&x, cols, wv, range, part)
+                    }
+                    (WeightValues::Half(wv), _) => rows::<F16>(&x, cols, wv, range, part),
+                }
+            });
         })
         .map_err(|_| crate::qmatmul::QMatMulError::TaskPanicked)?;
     Ok(y)
 }
 
+/// A weight element type: how its stored values widen to `f32` (exactly).
+trait Widen {
+    /// The stored value (`f32`, or a half's bits).
+    type Item: Copy;
+    /// Which type it is (the SIMD loads branch on it at compile time).
+    const ELEMENT: Element;
+    /// The value as `f32`.
+    fn widen(x: Self::Item) -> f32;
+}
+
+struct F32;
+struct Bf16;
+struct F16;
+
+impl Widen for F32 {
+    type Item = f32;
+    const ELEMENT: Element = Element::F32;
+    fn widen(x: f32) -> f32 {
+        x
+    }
+}
+
+impl Widen for Bf16 {
+    type Item = u16;
+    const ELEMENT: Element = Element::BF16;
+    fn widen(x: u16) -> f32 {
+        half::bf16::from_bits(x).to_f32()
+    }
+}
+
+impl Widen for F16 {
+    type Item = u16;
+    const ELEMENT: Element = Element::F16;
+    fn widen(x: u16) -> f32 {
+        half::f16::from_bits(x).to_f32()
+    }
+}
+
 /// `part[j][i − rows.start] = x_j · w_i` for weight rows `rows` and every activation row `j`.
-fn rows(x: &[f32], cols: usize, w: &[f32], rows: Range<usize>, part: &mut [&mut [f32]]) {
+fn rows<W: Widen>(
+    x: &[f32],
+    cols: usize,
+    w: &[W::Item],
+    rows: Range<usize>,
+    part: &mut [&mut [f32]],
+) {
     #[cfg(target_arch = "x86_64")]
     if available() {
-        // SAFETY: AVX2 and FMA were detected just now; every slice access is bounds-checked.
+        // SAFETY: AVX2, FMA and F16C were detected just now; every slice access is
+        // bounds-checked.
         #[allow(unsafe_code)]
-        return unsafe { rows_avx2(x, cols, w, rows, part) };
+        return unsafe { rows_avx2::<W>(x, cols, w, rows, part) };
     }
     for (i, r) in rows.enumerate() {
         let w_row = &w[r * cols..][..cols];
@@ -115,7 +266,7 @@ fn rows(x: &[f32], cols: usize, w: &[f32], rows: Range<usize>, part: &mut [&mut 
             out[i] = x[j * cols..][..cols]
                 .iter()
                 .zip(w_row)
-                .map(|(a, b)| a * b)
+                .map(|(a, &b)| a * W::widen(b))
                 .sum();
         }
     }
@@ -124,14 +275,14 @@ fn rows(x: &[f32], cols: usize, w: &[f32], rows: Range<usize>, part: &mut [&mut 
 /// [`rows`] with AVX2 + FMA, [`CHUNK`] activation rows per pass over a weight row.
 ///
 /// # Safety
-/// The CPU must have AVX2 and FMA.
+/// The CPU must have AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn rows_avx2(
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_avx2<W: Widen>(
     x: &[f32],
     cols: usize,
-    w: &[f32],
+    w: &[W::Item],
     rows: Range<usize>,
     part: &mut [&mut [f32]],
 ) {
@@ -150,10 +301,10 @@ unsafe fn rows_avx2(
         let w_row = &w[r * cols..][..cols];
         for (j0, m, xr) in &passes {
             match m {
-                1 => store(part, *j0, i, chunk::<1>(w_row, xr)),
-                2 => store(part, *j0, i, chunk::<2>(w_row, xr)),
-                3 => store(part, *j0, i, chunk::<3>(w_row, xr)),
-                _ => store(part, *j0, i, chunk::<4>(w_row, xr)),
+                1 => store(part, *j0, i, chunk::<1, W>(w_row, xr)),
+                2 => store(part, *j0, i, chunk::<2, W>(w_row, xr)),
+                3 => store(part, *j0, i, chunk::<3, W>(w_row, xr)),
+                _ => store(part, *j0, i, chunk::<4, W>(w_row, xr)),
             }
         }
     }
@@ -179,20 +330,45 @@ fn load(v: &[f32], c: usize) -> std::arch::x86_64::__m256 {
     unsafe { std::arch::x86_64::_mm256_loadu_ps(s.as_ptr()) }
 }
 
+/// The 8 weights of `w` from column `c`, widened to `f32` (exactly: `bf16` by a 16-bit shift,
+/// `f16` by F16C's conversion).
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn load_weights<W: Widen>(w: &[W::Item], c: usize) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let s = &w[c..c + 8];
+    match W::ELEMENT {
+        // SAFETY: `s` is 8 `f32`s (the element type is `f32`); the load is unaligned.
+        Element::F32 => unsafe { _mm256_loadu_ps(s.as_ptr().cast::<f32>()) },
+        Element::BF16 => {
+            // SAFETY: `s` is 8 `u16`s, 16 bytes; the load is unaligned.
+            let bits = unsafe { _mm_loadu_si128(s.as_ptr().cast::<__m128i>()) };
+            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16))
+        }
+        Element::F16 => {
+            // SAFETY: as above.
+            let bits = unsafe { _mm_loadu_si128(s.as_ptr().cast::<__m128i>()) };
+            _mm256_cvtph_ps(bits)
+        }
+    }
+}
+
 /// One weight row dotted with `M` activation rows: per row two 8-lane chains (columns
 /// `16 s .. 16 s + 8` and `16 s + 8 .. 16 s + 16`), a last 8 into the first, the two summed
 /// and reduced across lanes, then the scalar tail added in order.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn chunk<const M: usize>(w: &[f32], xs: &[&[f32]; CHUNK]) -> [f32; M] {
+fn chunk<const M: usize, W: Widen>(w: &[W::Item], xs: &[&[f32]; CHUNK]) -> [f32; M] {
     use std::arch::x86_64::*;
     let cols = w.len();
     let (mut a0, mut a1) = ([_mm256_setzero_ps(); M], [_mm256_setzero_ps(); M]);
     let mut c = 0;
     while c + 16 <= cols {
-        let (w0, w1) = (load(w, c), load(w, c + 8));
+        let (w0, w1) = (load_weights::<W>(w, c), load_weights::<W>(w, c + 8));
         for jj in 0..M {
             a0[jj] = _mm256_fmadd_ps(load(xs[jj], c), w0, a0[jj]);
             a1[jj] = _mm256_fmadd_ps(load(xs[jj], c + 8), w1, a1[jj]);
@@ -200,7 +376,7 @@ fn chunk<const M: usize>(w: &[f32], xs: &[&[f32]; CHUNK]) -> [f32; M] {
         c += 16;
     }
     if c + 8 <= cols {
-        let w0 = load(w, c);
+        let w0 = load_weights::<W>(w, c);
         for jj in 0..M {
             a0[jj] = _mm256_fmadd_ps(load(xs[jj], c), w0, a0[jj]);
         }
@@ -213,7 +389,7 @@ fn chunk<const M: usize>(w: &[f32], xs: &[&[f32]; CHUNK]) -> [f32; M] {
         let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
         let mut sum = _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)));
         for k in c..cols {
-            sum += xs[jj][k] * w[k];
+            sum += xs[jj][k] * W::widen(w[k]);
         }
         out[jj] = sum;
     }
@@ -232,6 +408,9 @@ mod tests {
         (0..len).map(|_| rng.unit()).collect()
     }
 
+    /// Rows tried (the kernel's limit in the test).
+    const ROWS: usize = 16;
+
     #[test]
     fn few_rows_match_candles_matmul_and_each_row_gets_its_bits_alone() -> crate::Result<()> {
         let b = CandleBackend::cpu();
@@ -243,17 +422,17 @@ mod tests {
                 &[out, cols],
                 mtp_core::DType::F32,
             )?;
-            let all = random(super::MAX_ROWS * cols, 20 + k as u64);
-            let alone: Vec<Vec<f32>> = (0..super::MAX_ROWS)
+            let all = random(ROWS * cols, 20 + k as u64);
+            let alone: Vec<Vec<f32>> = (0..ROWS)
                 .map(|j| {
                     let x =
                         b.from_f32(&all[j * cols..][..cols], &[1, cols], mtp_core::DType::F32)?;
                     b.to_vec_f32(&b.linear(&x, &w)?)
                 })
                 .collect::<crate::Result<_>>()?;
-            for n in [1, 2, 3, 4, 5, 9, super::MAX_ROWS] {
+            for n in [1, 2, 3, 4, 5, 9, ROWS] {
                 let x = b.from_f32(&all[..n * cols], &[1, n, cols], mtp_core::DType::F32)?;
-                assert!(super::linear(&x, &w).is_some() || !super::available());
+                assert!(super::linear(&x, &w, ROWS).is_some() || !super::available());
                 let got = b.to_vec_f32(&b.linear(&x, &w)?)?;
                 let want = b.to_vec_f32(&mtp_core::backend::default_linear(&b, &x, &w)?)?;
                 assert!(rel_err(&got, &want) < 1e-5, "[{out}, {cols}] n={n}");
@@ -262,9 +441,9 @@ mod tests {
                 }
             }
             // Above the row limit, and a transposed (non-contiguous) input, still correct.
-            let n = super::MAX_ROWS + 1;
+            let n = ROWS + 1;
             let x = b.from_f32(&random(n * cols, 30), &[n, cols], mtp_core::DType::F32)?;
-            assert!(super::linear(&x, &w).is_none());
+            assert!(super::linear(&x, &w, ROWS).is_none());
             let xt = b.transpose(
                 &b.from_f32(&all[..4 * cols], &[cols, 4], mtp_core::DType::F32)?,
                 0,

@@ -69,6 +69,7 @@ pub mod qmatmul;
 mod quantized;
 #[cfg(test)]
 mod quantized_tests;
+mod row_invariance;
 mod row_scan;
 mod small_attention;
 mod tanh;
@@ -78,6 +79,7 @@ mod topk;
 
 pub use error::{CandleError, Result};
 pub use quantized::{CandleQuantWeight, BATCHED_QMATMUL_ENV};
+pub use row_invariance::{RowInvariance, ROW_INVARIANT_ENV, VERIFY_ROWS};
 
 use std::sync::Arc;
 
@@ -89,12 +91,27 @@ use mtp_core::{Backend, BinaryOp, CompareOp, DType, ReduceOp, SortOrder, UnaryOp
 #[derive(Debug, Clone)]
 pub struct CandleBackend {
     device: Device,
+    row_invariance: RowInvariance,
 }
 
 impl CandleBackend {
-    /// A backend computing on `device`.
+    /// A backend computing on `device`, its [`RowInvariance`] from [`ROW_INVARIANT_ENV`].
     pub fn new(device: Device) -> Self {
-        Self { device }
+        Self {
+            device,
+            row_invariance: RowInvariance::from_env(),
+        }
+    }
+
+    /// The same backend with the CPU kernels taking the forwards `row_invariance` names.
+    pub fn with_row_invariance(mut self, row_invariance: RowInvariance) -> Self {
+        self.row_invariance = row_invariance;
+        self
+    }
+
+    /// Which forwards give each row the bits it gets alone (see [`RowInvariance`]).
+    pub fn row_invariance(&self) -> RowInvariance {
+        self.row_invariance
     }
 
     /// A backend on the CPU.
@@ -261,8 +278,9 @@ impl Backend for CandleBackend {
         ops::argmax(x, axis)
     }
 
-    /// A few query rows in `f32` on the CPU: one pass per row over the caches
-    /// (`src/small_attention.rs`); anything else the trait's default.
+    /// Query rows in `f32`, `bf16` or `f16` on the CPU, up to the [`RowInvariance`] limit: one
+    /// pass per row over the caches (`src/small_attention.rs`); anything else the trait's
+    /// default.
     fn attention_with_bias(
         &self,
         q: &Tensor,
@@ -271,7 +289,8 @@ impl Backend for CandleBackend {
         bias: &mtp_core::AttentionBias<Self>,
         scale: f32,
     ) -> Result<Tensor> {
-        match small_attention::attention(q, k, v, bias, scale)? {
+        let max_rows = self.row_invariance.max_rows();
+        match small_attention::attention(q, k, v, bias, scale, max_rows)? {
             Some(out) => Ok(out),
             None => mtp_core::backend::default_attention_with_bias(self, q, k, v, bias, scale),
         }
@@ -308,11 +327,12 @@ impl Backend for CandleBackend {
         ops::matmul(a, b)
     }
 
-    /// A few `f32` rows on the CPU: each weight row read in place and dotted with every row
-    /// (`dense_rows`: no packing of the transposed weight per call, a row's bits independent
-    /// of how many rows came with it); otherwise candle's matmul.
+    /// `f32`, `bf16` or `f16` rows on the CPU, up to the [`RowInvariance`] limit: each weight
+    /// row read in place and dotted with every row (`dense_rows`: no packing of the transposed
+    /// weight per call, a row's bits independent of how many rows came with it); otherwise
+    /// candle's matmul.
     fn linear(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-        match dense_rows::linear(x, w) {
+        match dense_rows::linear(x, w, self.row_invariance.max_rows()) {
             Some(y) => y,
             None => mtp_core::backend::default_linear(self, x, w),
         }

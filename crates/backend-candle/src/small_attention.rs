@@ -1,5 +1,6 @@
-//! Attention for a few query rows (a decode step, a verify of `k + 1` tokens) on the CPU in
-//! `f32`, straight from the key and value caches, the mask read from its geometry.
+//! Attention for a few query rows (a decode step, a verify of `k + 1` tokens) on the CPU,
+//! straight from the key and value caches, the mask read from its geometry: in `f32`, and in
+//! `bf16` / `f16` widened exactly to `f32`, computed the same way and rounded once at the end.
 //!
 //! The trait's default runs two batched matmuls through `gemm` (which packs its operands: for one
 //! query row against an 800-key cache that packing is most of the work — about 9 % of a decode
@@ -26,10 +27,7 @@ use crate::qmatmul::pool::SpinPool;
 use crate::row_scan::contiguous_f32;
 use crate::{CandleBackend, Result};
 
-/// The most query rows taken here; more (a prefill chunk) go to the default's matmuls.
-pub const MAX_QUERY_ROWS: usize = 64;
-
-/// `attention(q, k, v)` for `f32` CPU tensors `q` `[b, hq, tq, d]` (`tq ≤ MAX_QUERY_ROWS`),
+/// `attention(q, k, v)` for `f32`, `bf16` or `f16` CPU tensors (all three of one dtype) `q` `[b, hq, tq, d]` (`tq ≤ max_rows`, the [`RowInvariance`](crate::RowInvariance) limit: a longer prefill chunk goes to the default's matmuls),
 /// contiguous `k` `[b, hkv, tk, d]` and `v` `[b, hkv, tk, dv]`; `None` for anything else
 /// (other devices, dtypes, layouts or inconsistent shapes: the default handles, or rejects,
 /// those).
@@ -39,19 +37,34 @@ pub(crate) fn attention(
     v: &Tensor,
     bias: &AttentionBias<CandleBackend>,
     scale: f32,
+    max_rows: usize,
 ) -> Result<Option<Tensor>> {
     let (&[b, hq, tq, d], &[kb, hkv, tk, kd], &[vb, vh, vt, dv]) = (q.dims(), k.dims(), v.dims())
     else {
         return Ok(None);
     };
     let consistent = b == kb && b == vb && d == kd && hkv == vh && tk == vt && hkv > 0;
-    if !consistent || hq % hkv != 0 || bias.tq() != tq || bias.tk() != tk || tq > MAX_QUERY_ROWS {
+    if !consistent || hq % hkv != 0 || bias.tq() != tq || bias.tk() != tk || tq > max_rows {
         return Ok(None);
     }
-    if !q.device().is_cpu() || [q, k, v].iter().any(|t| t.dtype() != DType::F32) {
+    let dtype = q.dtype();
+    let float = matches!(dtype, DType::F32 | DType::BF16 | DType::F16);
+    if !q.device().is_cpu() || !float || [k, v].iter().any(|t| t.dtype() != dtype) {
         return Ok(None);
     }
-    let q = q.contiguous()?;
+    // Half precision is widened to `f32` exactly, computed as `f32` is, and the result rounded
+    // once to the dtype.
+    let widened;
+    let (q, k, v) = if dtype == DType::F32 {
+        (q.contiguous()?, k, v)
+    } else {
+        widened = (k.to_dtype(DType::F32)?, v.to_dtype(DType::F32)?);
+        (
+            q.to_dtype(DType::F32)?.contiguous()?,
+            &widened.0,
+            &widened.1,
+        )
+    };
     let shape = Shape {
         batch: b,
         hq,
@@ -78,7 +91,14 @@ pub(crate) fn attention(
         })
     });
     match out.flatten().flatten() {
-        Some(out) => Ok(Some(Tensor::from_vec(out?, (b, hq, tq, dv), q.device())?)),
+        Some(out) => {
+            let out = Tensor::from_vec(out?, (b, hq, tq, dv), q.device())?;
+            Ok(Some(if dtype == DType::F32 {
+                out
+            } else {
+                out.to_dtype(dtype)?
+            }))
+        }
         None => Ok(None),
     }
 }
@@ -568,7 +588,7 @@ mod tests {
                     let k = random(&b, &[1, hkv, tk, d], seed + 1)?;
                     let v = random(&b, &[1, hkv, tk, d], seed + 2)?;
                     let bias = AttentionBias::new(&b, mask, tq, tk, DType::F32)?;
-                    let fast = super::attention(&q, &k, &v, &bias, 0.3)?.expect("fast path");
+                    let fast = super::attention(&q, &k, &v, &bias, 0.3, ROWS)?.expect("fast path");
                     let slow =
                         mtp_core::backend::default_attention_with_bias(&b, &q, &k, &v, &bias, 0.3)?;
                     let (f, s) = (b.to_vec_f32(&fast)?, b.to_vec_f32(&slow)?);
@@ -584,7 +604,7 @@ mod tests {
                         alone_mask.query_start += i;
                         let qi = b.slice(&q, 2, i, 1)?;
                         let bias1 = AttentionBias::new(&b, alone_mask, 1, tk, DType::F32)?;
-                        let one = super::attention(&qi, &k, &v, &bias1, 0.3)?.expect("fast");
+                        let one = super::attention(&qi, &k, &v, &bias1, 0.3, ROWS)?.expect("fast");
                         let whole = b.slice(&fast, 2, i, 1)?;
                         assert_eq!(b.to_vec_f32(&one)?, b.to_vec_f32(&whole)?, "row {i}");
                     }
@@ -603,21 +623,24 @@ mod tests {
         assert_eq!(super::split_at_groups(4..4, 10).count(), 0);
     }
 
+    /// The row limit the tests pass.
+    const ROWS: usize = 64;
+
     #[test]
     fn other_inputs_take_the_default() -> crate::Result<()> {
         let b = CandleBackend::from_spec("cpu")?;
         let mask = AttentionMask::causal(70, 0);
-        let many = random(&b, &[1, 2, super::MAX_QUERY_ROWS + 1, 8], 3)?;
+        let many = random(&b, &[1, 2, ROWS + 1, 8], 3)?;
         let k = random(&b, &[1, 2, 80, 8], 4)?;
-        let bias = AttentionBias::new(&b, mask, super::MAX_QUERY_ROWS + 1, 80, DType::F32)?;
-        assert!(super::attention(&many, &k, &k, &bias, 1.0)?.is_none());
+        let bias = AttentionBias::new(&b, mask, ROWS + 1, 80, DType::F32)?;
+        assert!(super::attention(&many, &k, &k, &bias, 1.0, ROWS)?.is_none());
         let q = random(&b, &[1, 2, 1, 8], 5)?;
         let bias1 = AttentionBias::new(&b, mask, 1, 80, DType::F32)?;
-        let half = b.cast(&k, DType::F16)?;
-        assert!(super::attention(&b.cast(&q, DType::F16)?, &half, &half, &bias1, 1.0)?.is_none());
+        let int_keys = b.cast(&k, DType::I32)?;
+        assert!(super::attention(&q, &int_keys, &int_keys, &bias1, 1.0, ROWS)?.is_none());
         // A strided key view (heads not contiguous after a transpose) is left to the default.
         let kt = b.transpose(&random(&b, &[1, 80, 2, 8], 6)?, 1, 2)?;
-        assert!(super::attention(&q, &kt, &kt, &bias1, 1.0)?.is_none());
+        assert!(super::attention(&q, &kt, &kt, &bias1, 1.0, ROWS)?.is_none());
         Ok(())
     }
 }
