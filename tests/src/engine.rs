@@ -15,6 +15,7 @@ use mtp_core::testing::{
 use mtp_core::Backend;
 
 use crate::error::{backend_err, reference_err, SuiteError};
+pub use crate::formats::greedy_mtp_matches_plain_in_every_format;
 use crate::tolerance::Tolerance;
 
 /// The model configurations of the engine cases: `(target, drafter)`.

@@ -63,7 +63,7 @@ macro_rules! conformance_suite {
             caches: [full_cache_rollback, rotating_cache_rollback, cache_forks_are_isolated],
             engine: [
                 greedy_mtp_matches_plain, greedy_tokens_match_reference, logits_match_reference,
-                constrained_greedy_matches_reference,
+                constrained_greedy_matches_reference, greedy_mtp_matches_plain_in_every_format,
             ],
             proposers: [scripted_share_is_accepted, prompt_lookup_matches_plain],
             batch: [sequences_emit_what_they_emit_alone, sampled_sequences_keep_the_distribution],

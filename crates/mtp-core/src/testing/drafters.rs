@@ -136,8 +136,12 @@ impl<B: Backend> MtpDrafter<B> for TinyDrafter<B> {
 }
 
 /// Marks a projected hidden written by [`ScriptedDrafter`]: its first element is
-/// `MARKER + steps taken`.
-const MARKER: f32 = 1.0e6;
+/// `MARKER + MARKER_STEP · steps taken`, exact in `f32`, `f16` and `bf16` (4096 · (1 + s / 128)
+/// has 7 significant bits for `s < 128`), far above any hidden value of a tiny target.
+const MARKER: f32 = 4096.0;
+
+/// The marker's increment per step taken.
+const MARKER_STEP: f32 = 32.0;
 
 /// A drafter that proposes a known continuation (see the [module docs](super)).
 ///
@@ -202,7 +206,7 @@ impl<B: Backend> MtpDrafter<B> for ScriptedDrafter {
     ) -> Result<DraftStep<B>, B::Error> {
         let values = backend.to_vec_f32(input)?;
         let step = match values.get(values.len().saturating_sub(self.hidden)) {
-            Some(&v) if v >= MARKER => (v - MARKER) as usize,
+            Some(&v) if v >= MARKER => ((v - MARKER) / MARKER_STEP) as usize,
             _ => 0,
         };
         let guess = self.guess(position + 1 + step, position);
@@ -212,11 +216,14 @@ impl<B: Backend> MtpDrafter<B> for ScriptedDrafter {
         }
         let mut projected = vec![0.0f32; self.hidden];
         if let Some(first) = projected.first_mut() {
-            *first = MARKER + (step + 1) as f32;
+            *first = MARKER + MARKER_STEP * (step + 1) as f32;
         }
+        // The projected hidden in the input's dtype (it is concatenated with the target's
+        // embeddings for the next step).
+        let dtype = backend.dtype(input);
         Ok(DraftStep {
             logits: backend.from_f32(&logits, &[1, 1, self.vocab], DType::F32)?,
-            projected: backend.from_f32(&projected, &[1, 1, self.hidden], DType::F32)?,
+            projected: backend.from_f32(&projected, &[1, 1, self.hidden], dtype)?,
         })
     }
 }

@@ -29,5 +29,5 @@ mod weights;
 pub use drafters::{ScriptedDrafter, TinyDrafter, TinyDrafterConfig};
 pub use keyed::HiddenKeyedDrafter;
 pub use serial_only::SerialOnlyCache;
-pub use tiny_target::{CacheFlavor, LayerKind, TinyConfig, TinyTarget};
+pub use tiny_target::{CacheFlavor, LayerKind, TinyConfig, TinyTarget, TinyWeights};
 pub use token_grammar::TokenGrammar;

@@ -5,6 +5,7 @@ use super::weights::{inv_freq, WeightRng};
 use crate::cache::{CacheSet, FullKvCache, KvCache, RotatingKvCache};
 use crate::model::{TargetModel, TargetOutput};
 use crate::options::MtpDefaults;
+use crate::quant::QuantScheme;
 use crate::{AttentionMask, Backend, CoreError, DType};
 
 /// The attention kind of one layer.
@@ -26,6 +27,33 @@ pub enum CacheFlavor {
     Speculative,
     /// [`SerialOnlyCache`]s everywhere (forces serial validation).
     SerialOnly,
+}
+
+/// How a [`TinyTarget`] holds its weights and computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TinyWeights {
+    /// Dense weights, activations and caches in `dtype` (`F32`, `F16` or `BF16`).
+    Dense(DType),
+    /// Every projection and the head quantized to `scheme` (GGUF Q8_0 / Q4_0 blocks of 32,
+    /// so every matrix's input width must be a multiple of 32), computing in `F32` through
+    /// [`Backend::quant_linear`]; the embedding table and norms stay dense.
+    Quantized(QuantScheme),
+}
+
+impl Default for TinyWeights {
+    fn default() -> Self {
+        Self::Dense(DType::F32)
+    }
+}
+
+impl TinyWeights {
+    /// The dtype activations, caches and dense weights are in.
+    pub fn compute_dtype(self) -> DType {
+        match self {
+            Self::Dense(dtype) => dtype,
+            Self::Quantized(_) => DType::F32,
+        }
+    }
 }
 
 /// Shape and seed of a [`TinyTarget`].
@@ -57,6 +85,8 @@ pub struct TinyConfig {
     pub caches: CacheFlavor,
     /// MTP defaults the model reports.
     pub mtp: MtpDefaults,
+    /// Weight format and compute dtype.
+    pub weights: TinyWeights,
 }
 
 impl Default for TinyConfig {
@@ -75,6 +105,46 @@ impl Default for TinyConfig {
             seed: 0,
             caches: CacheFlavor::Speculative,
             mtp: MtpDefaults::default(),
+            weights: TinyWeights::default(),
+        }
+    }
+}
+
+/// A projection: dense `[out, in]`, or quantized.
+#[derive(Debug)]
+enum Linear<B: Backend> {
+    Dense(B::Array),
+    Quantized(B::QuantWeight),
+}
+
+impl<B: Backend> Linear<B> {
+    /// A seeded random `[rows, cols]` matrix (the draws of [`WeightRng::matrix`]) in `weights`.
+    fn random(
+        rng: &mut WeightRng,
+        backend: &B,
+        [rows, cols]: [usize; 2],
+        gain: f32,
+        weights: TinyWeights,
+    ) -> Result<Self, B::Error> {
+        let values = rng.matrix_values(rows, cols, gain);
+        Ok(match weights {
+            TinyWeights::Dense(dtype) => {
+                Self::Dense(backend.from_f32(&values, &[rows, cols], dtype)?)
+            }
+            TinyWeights::Quantized(scheme) => {
+                let t = scheme
+                    .quantize(&values, rows, cols)
+                    .map_err(CoreError::from)?;
+                Self::Quantized(backend.quant_weight(std::sync::Arc::new(t), DType::F32)?)
+            }
+        })
+    }
+
+    /// `x @ Wᵀ`.
+    fn apply(&self, backend: &B, x: &B::Array) -> Result<B::Array, B::Error> {
+        match self {
+            Self::Dense(w) => backend.linear(x, w),
+            Self::Quantized(w) => backend.quant_linear(x, w),
         }
     }
 }
@@ -85,16 +155,16 @@ struct Layer<B: Backend> {
     /// Rotary tables built once (the model path every Gemma model takes).
     rope: crate::RopeCache<B>,
     attn_norm: B::Array,
-    q_proj: B::Array,
-    k_proj: B::Array,
-    v_proj: B::Array,
+    q_proj: Linear<B>,
+    k_proj: Linear<B>,
+    v_proj: Linear<B>,
     q_norm: B::Array,
     k_norm: B::Array,
-    o_proj: B::Array,
+    o_proj: Linear<B>,
     mlp_norm: B::Array,
-    gate: B::Array,
-    up: B::Array,
-    down: B::Array,
+    gate: Linear<B>,
+    up: Linear<B>,
+    down: Linear<B>,
 }
 
 /// A tiny decoder-only transformer (see the [module docs](super)).
@@ -104,7 +174,7 @@ pub struct TinyTarget<B: Backend> {
     embed: B::Array,
     layers: Vec<Layer<B>>,
     final_norm: B::Array,
-    lm_head: B::Array,
+    lm_head: Linear<B>,
 }
 
 const EPS: f32 = 1e-6;
@@ -119,7 +189,13 @@ impl<B: Backend> TinyTarget<B> {
             && c.heads.is_multiple_of(c.kv_heads)
             && c.head_dim.is_multiple_of(4)
             && c.head_dim > 0
-            && !c.layers.is_empty();
+            && !c.layers.is_empty()
+            && match c.weights {
+                TinyWeights::Dense(dtype) => dtype.is_float(),
+                TinyWeights::Quantized(_) => [c.hidden, c.heads * c.head_dim, c.mlp]
+                    .iter()
+                    .all(|w| w.is_multiple_of(32)),
+            };
         if !valid {
             return Err(CoreError::InvalidArgument {
                 op: "TinyTarget::new",
@@ -129,10 +205,11 @@ impl<B: Backend> TinyTarget<B> {
         }
         let mut rng = WeightRng::new(c.seed);
         let g = c.gain;
+        let (w, dtype) = (c.weights, c.weights.compute_dtype());
         let embed = backend.from_f32(
             &rng.uniform(c.vocab * c.hidden, 1.0),
             &[c.vocab, c.hidden],
-            DType::F32,
+            dtype,
         )?;
         let mut layers = Vec::with_capacity(c.layers.len());
         for &kind in &c.layers {
@@ -143,22 +220,34 @@ impl<B: Backend> TinyTarget<B> {
             layers.push(Layer {
                 kind,
                 rope: crate::RopeCache::new(inv_freq(rotated, 10_000.0)),
-                attn_norm: rng.norm(backend, c.hidden)?,
-                q_proj: rng.matrix(backend, c.heads * c.head_dim, c.hidden, g)?,
-                k_proj: rng.matrix(backend, c.kv_heads * c.head_dim, c.hidden, g)?,
-                v_proj: rng.matrix(backend, c.kv_heads * c.head_dim, c.hidden, g)?,
-                q_norm: rng.norm(backend, c.head_dim)?,
-                k_norm: rng.norm(backend, c.head_dim)?,
-                o_proj: rng.matrix(backend, c.hidden, c.heads * c.head_dim, g)?,
-                mlp_norm: rng.norm(backend, c.hidden)?,
-                gate: rng.matrix(backend, c.mlp, c.hidden, g)?,
-                up: rng.matrix(backend, c.mlp, c.hidden, g)?,
-                down: rng.matrix(backend, c.hidden, c.mlp, g)?,
+                attn_norm: rng.norm_in(backend, c.hidden, dtype)?,
+                q_proj: Linear::random(&mut rng, backend, [c.heads * c.head_dim, c.hidden], g, w)?,
+                k_proj: Linear::random(
+                    &mut rng,
+                    backend,
+                    [c.kv_heads * c.head_dim, c.hidden],
+                    g,
+                    w,
+                )?,
+                v_proj: Linear::random(
+                    &mut rng,
+                    backend,
+                    [c.kv_heads * c.head_dim, c.hidden],
+                    g,
+                    w,
+                )?,
+                q_norm: rng.norm_in(backend, c.head_dim, dtype)?,
+                k_norm: rng.norm_in(backend, c.head_dim, dtype)?,
+                o_proj: Linear::random(&mut rng, backend, [c.hidden, c.heads * c.head_dim], g, w)?,
+                mlp_norm: rng.norm_in(backend, c.hidden, dtype)?,
+                gate: Linear::random(&mut rng, backend, [c.mlp, c.hidden], g, w)?,
+                up: Linear::random(&mut rng, backend, [c.mlp, c.hidden], g, w)?,
+                down: Linear::random(&mut rng, backend, [c.hidden, c.mlp], g, w)?,
             });
         }
-        let final_norm = rng.norm(backend, c.hidden)?;
+        let final_norm = rng.norm_in(backend, c.hidden, dtype)?;
         // An untied head: with tied embeddings a random model tends to repeat its last token.
-        let lm_head = rng.matrix(backend, c.vocab, c.hidden, 2.0 * g)?;
+        let lm_head = Linear::random(&mut rng, backend, [c.vocab, c.hidden], 2.0 * g, w)?;
         Ok(Self {
             config,
             embed,
@@ -207,13 +296,13 @@ impl<B: Backend> TinyTarget<B> {
         let c = &self.config;
         let t = backend.shape(x)[1];
         let h = backend.rms_norm(x, Some(&l.attn_norm), EPS)?;
-        let q = self.split_heads(backend, &backend.linear(&h, &l.q_proj)?, c.heads)?;
+        let q = self.split_heads(backend, &l.q_proj.apply(backend, &h)?, c.heads)?;
         let q =
             backend.rope_cached(&backend.rms_norm(&q, Some(&l.q_norm), EPS)?, start, &l.rope)?;
-        let k = self.split_heads(backend, &backend.linear(&h, &l.k_proj)?, c.kv_heads)?;
+        let k = self.split_heads(backend, &l.k_proj.apply(backend, &h)?, c.kv_heads)?;
         let k =
             backend.rope_cached(&backend.rms_norm(&k, Some(&l.k_norm), EPS)?, start, &l.rope)?;
-        let v = self.split_heads(backend, &backend.linear(&h, &l.v_proj)?, c.kv_heads)?;
+        let v = self.split_heads(backend, &l.v_proj.apply(backend, &h)?, c.kv_heads)?;
         let view = cache.update(backend, &k, &v)?;
         let window = match l.kind {
             LayerKind::Sliding { window } => Some(window),
@@ -223,11 +312,11 @@ impl<B: Backend> TinyTarget<B> {
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         let a = backend.attention(&q, &view.keys, &view.values, &mask, scale)?;
         let a = backend.reshape(&backend.transpose(&a, 1, 2)?, &[1, t, c.heads * c.head_dim])?;
-        let x = backend.add(x, &backend.linear(&a, &l.o_proj)?)?;
+        let x = backend.add(x, &l.o_proj.apply(backend, &a)?)?;
         let h = backend.rms_norm(&x, Some(&l.mlp_norm), EPS)?;
-        let gate = backend.gelu_tanh(&backend.linear(&h, &l.gate)?)?;
-        let inner = backend.mul(&gate, &backend.linear(&h, &l.up)?)?;
-        backend.add(&x, &backend.linear(&inner, &l.down)?)
+        let gate = backend.gelu_tanh(&l.gate.apply(backend, &h)?)?;
+        let inner = backend.mul(&gate, &l.up.apply(backend, &h)?)?;
+        backend.add(&x, &l.down.apply(backend, &inner)?)
     }
 }
 
@@ -273,7 +362,7 @@ impl<B: Backend> TargetModel<B> for TinyTarget<B> {
     }
 
     fn unembed(&self, backend: &B, hidden: &B::Array) -> Result<B::Array, B::Error> {
-        let logits = backend.linear(hidden, &self.lm_head)?;
+        let logits = self.lm_head.apply(backend, hidden)?;
         match self.config.softcap {
             Some(cap) => {
                 let t = backend.unary(

@@ -32,15 +32,34 @@ impl WeightRng {
         cols: usize,
         gain: f32,
     ) -> Result<B::Array, B::Error> {
+        backend.from_f32(
+            &self.matrix_values(rows, cols, gain),
+            &[rows, cols],
+            DType::F32,
+        )
+    }
+
+    /// The values of [`matrix`](Self::matrix), on the host (the same draws).
+    pub fn matrix_values(&mut self, rows: usize, cols: usize, gain: f32) -> Vec<f32> {
         // Uniform on [-a, a) has std a / sqrt(3).
         let scale = gain * 3f32.sqrt() / (cols as f32).sqrt();
-        backend.from_f32(&self.uniform(rows * cols, scale), &[rows, cols], DType::F32)
+        self.uniform(rows * cols, scale)
     }
 
     /// A norm weight near 1.
     pub fn norm<B: Backend>(&mut self, backend: &B, n: usize) -> Result<B::Array, B::Error> {
+        self.norm_in(backend, n, DType::F32)
+    }
+
+    /// A norm weight near 1 in `dtype` (the same draws as [`norm`](Self::norm)).
+    pub fn norm_in<B: Backend>(
+        &mut self,
+        backend: &B,
+        n: usize,
+        dtype: DType,
+    ) -> Result<B::Array, B::Error> {
         let w: Vec<f32> = self.uniform(n, 0.2).into_iter().map(|x| 1.0 + x).collect();
-        backend.from_f32(&w, &[n], DType::F32)
+        backend.from_f32(&w, &[n], dtype)
     }
 }
 
