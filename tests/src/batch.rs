@@ -14,12 +14,15 @@ use mtp_core::proposer::{NgramOptions, NgramProposer};
 use mtp_core::reference::ReferenceBackend;
 use mtp_core::sampling::SamplerOptions;
 use mtp_core::schedule::ScheduleKind;
-use mtp_core::testing::{TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget, TokenGrammar};
+use mtp_core::testing::{
+    TinyConfig, TinyDrafter, TinyDrafterConfig, TinyTarget, TinyWeights, TokenGrammar,
+};
 use mtp_core::Backend;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{backend_err, SuiteError};
+use crate::formats;
 
 /// The engine tests' helpers (random tiny configurations, draft overrides, the exact
 /// distribution of the first two sampled tokens, χ²), shared by path so that mtp-core's own
@@ -31,8 +34,11 @@ use engine_helpers::{
     chi2::chi_square, draft, exact_first_two, no_env, penalised_probe, random_config, scripted,
 };
 
-/// Random batches per policy.
+/// Random batches per policy in `f32`.
 const TRIALS: u64 = 6;
+
+/// Random batches per policy in each half-precision and quantized format.
+const HALF_AND_QUANTIZED_TRIALS: usize = 2;
 
 fn random_request(rng: &mut ChaCha8Rng, vocab: u32) -> GenerateRequest {
     let prompt = (0..rng.random_range(1..16))
@@ -91,12 +97,27 @@ fn batched<B: Backend>(
 /// what they emit alone: every request with every round drafting, and the greedy ones under
 /// the measured policy too (a sampled sequence whose rounds switch between drafting and not
 /// draws other random numbers than alone: the χ² case covers it).
+///
+/// The trials run in `f32`, then [`HALF_AND_QUANTIZED_TRIALS`] more in each other weight
+/// format of [`formats::FORMATS`]: a sequence's bits do not depend on its neighbours' rows in
+/// any dtype.
 pub fn sequences_emit_what_they_emit_alone<B: Backend>(backend: &B) -> Result<(), SuiteError> {
-    for seed in 0..TRIALS {
+    let others = formats::FORMATS[1..]
+        .iter()
+        .flat_map(|&w| (0..HALF_AND_QUANTIZED_TRIALS).map(move |_| w));
+    let trials = (0..TRIALS as usize)
+        .map(|_| TinyWeights::default())
+        .chain(others);
+    for (seed, weights) in trials.enumerate() {
+        let seed = seed as u64;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let config = random_config(&mut rng, seed);
+        let config = if weights == TinyWeights::default() {
+            random_config(&mut rng, seed)
+        } else {
+            formats::random_config(&mut rng, seed, weights)
+        };
         let vocab = config.vocab as u32;
-        let what = || format!("batch trial {seed}");
+        let what = || format!("batch trial {seed} ({weights:?})");
         let target = backend_err(backend, what, TinyTarget::new(backend, config))?;
         let drafter_config = TinyDrafterConfig {
             source_layer: 0,

@@ -29,7 +29,7 @@ pub const FORMATS: [TinyWeights; 5] = [
 
 /// A random model whose matrices all take 32-wide quantization blocks (1–3 layers, full and
 /// sliding, grouped heads, soft-capping or not), in `weights`.
-fn random_config(rng: &mut ChaCha8Rng, seed: u64, weights: TinyWeights) -> TinyConfig {
+pub(crate) fn random_config(rng: &mut ChaCha8Rng, seed: u64, weights: TinyWeights) -> TinyConfig {
     let (heads, kv_heads, head_dim) =
         [(4, 2, 8), (2, 1, 16), (4, 1, 16), (2, 2, 32), (8, 2, 4)][rng.random_range(0..5)];
     let layers = (0..rng.random_range(1..4))

@@ -26,8 +26,8 @@ use crate::error::{backend_err, SuiteError};
 use crate::harness::FLOATS;
 
 /// The block sizes checked: every verify width up to 16 rows, and packed batches beyond.
-pub const BLOCK_ROWS: [usize; 20] = [
-    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 24, 40, 64,
+pub const BLOCK_ROWS: [usize; 21] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 24, 40, 65, 128,
 ];
 
 /// Seeded uniform values in `[-1, 1)`.

@@ -17,7 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     for dtype in [DType::F32, DType::BF16] {
         let w = b.from_f32(&w_host, &[out, cols], dtype)?;
-        for n in [1usize, 5, 16, 17, 32, 64, 128] {
+        for n in [1usize, 5, 16, 17, 32, 64, 128, 256, 512] {
             let x_host: Vec<f32> = (0..n * cols)
                 .map(|i| ((i * 31) % 97) as f32 / 97.0 - 0.5)
                 .collect();

@@ -79,7 +79,7 @@ mod topk;
 
 pub use error::{CandleError, Result};
 pub use quantized::{CandleQuantWeight, BATCHED_QMATMUL_ENV};
-pub use row_invariance::{RowInvariance, ROW_INVARIANT_ENV, VERIFY_ROWS};
+pub use row_invariance::{RowInvariance, BOUNDED_ROWS, ROW_INVARIANT_ENV, VERIFY_ROWS};
 
 use std::sync::Arc;
 

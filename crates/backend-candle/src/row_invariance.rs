@@ -4,30 +4,38 @@
 //! The few-row dense kernel (`dense_rows.rs`) and the per-query attention (`small_attention.rs`)
 //! compute each row as it would be computed alone, in every float dtype; the quantized kernels
 //! (`qmatmul`) do so for any number of rows. candle's packed matmuls, which run above the limit,
-//! round a row differently with the number of rows beside it. By default the limit covers every
-//! verify forward (`MAX_DRAFT_TOKENS_LIMIT + 1` rows), so greedy speculation is plain greedy bit
-//! for bit, and long prefill chunks keep candle's faster packed matmuls. [`RowInvariance::Always`]
-//! (`MTP_ROW_INVARIANT=always`) takes every product, so a sequence's bits are also independent of
-//! how its prompt was chunked and of a continuous batch's packed rows however many there are —
-//! at the price measured in `BENCHMARKS.md` (prefill chunks and large batches run slower).
+//! round a row differently with the number of rows beside it. By default the limit is
+//! [`BOUNDED_ROWS`] (128): every verify forward (at most [`VERIFY_ROWS`]), a continuous batch's
+//! prefill chunks (128 tokens by default) and passes of up to 128 packed rows — so greedy
+//! speculation is plain greedy bit for bit — while longer `f32` prefill forwards keep candle's
+//! packed matmul, which is faster there (measured by `examples/dense_bench.rs`: the kernels are
+//! as fast or faster up to 128 rows, the packed `f32` matmul 14–18 % faster at 256–512).
+//! [`RowInvariance::Always`] (`MTP_ROW_INVARIANT=always`) takes every product, so a sequence's
+//! bits are also independent of how its prompt was chunked and of how many rows a batch packs.
 
 use std::sync::OnceLock;
 
 use mtp_core::options::MAX_DRAFT_TOKENS_LIMIT;
 
-/// The environment variable that sets [`RowInvariance`]: `verify` (the default) or `always`.
+/// The environment variable that sets [`RowInvariance`]: `bounded` (the default) or `always`.
 pub const ROW_INVARIANT_ENV: &str = "MTP_ROW_INVARIANT";
 
 /// The rows of the widest verify forward: every draft the engine allows, plus the current token.
 pub const VERIFY_ROWS: usize = MAX_DRAFT_TOKENS_LIMIT + 1;
 
+/// The default limit: the widest verify, a continuous batch's default prefill chunk, and the row
+/// count up to which the row-invariant kernels are no slower than candle's packed matmul.
+pub const BOUNDED_ROWS: usize = 128;
+
+const _: () = assert!(BOUNDED_ROWS >= VERIFY_ROWS);
+
 /// Which forwards give each row the bits it gets alone on the CPU (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RowInvariance {
-    /// Forwards of at most [`VERIFY_ROWS`] rows: every decode step and verify, and continuous
-    /// batches up to that many packed rows.
+    /// Forwards of at most [`BOUNDED_ROWS`] rows: every decode step and verify, prefill chunks
+    /// and continuous-batch passes up to that many rows.
     #[default]
-    Verify,
+    Bounded,
     /// Every forward, prefill chunks and large batches included.
     Always,
 }
@@ -36,22 +44,22 @@ impl RowInvariance {
     /// The most rows a forward may have for the row-invariant kernels to take it.
     pub fn max_rows(self) -> usize {
         match self {
-            Self::Verify => VERIFY_ROWS,
+            Self::Bounded => BOUNDED_ROWS,
             Self::Always => usize::MAX,
         }
     }
 
-    /// `verify` or `always` (case and surrounding spaces ignored).
+    /// `bounded` or `always` (case and surrounding spaces ignored).
     pub fn parse(text: &str) -> Option<Self> {
         match text.trim().to_ascii_lowercase().as_str() {
-            "verify" => Some(Self::Verify),
+            "bounded" => Some(Self::Bounded),
             "always" => Some(Self::Always),
             _ => None,
         }
     }
 
-    /// The setting of [`ROW_INVARIANT_ENV`], read once: unset is [`RowInvariance::Verify`]; a
-    /// value that is neither `verify` nor `always` is said once (at `warn`) and read as the
+    /// The setting of [`ROW_INVARIANT_ENV`], read once: unset is [`RowInvariance::Bounded`]; a
+    /// value that is neither `bounded` nor `always` is said once (at `warn`) and read as the
     /// default.
     pub fn from_env() -> Self {
         static SETTING: OnceLock<RowInvariance> = OnceLock::new();
@@ -59,7 +67,7 @@ impl RowInvariance {
             Err(_) => Self::default(),
             Ok(text) => Self::parse(&text).unwrap_or_else(|| {
                 tracing::warn!(
-                    "{ROW_INVARIANT_ENV}={text:?} is neither `verify` nor `always`: using `verify`"
+                    "{ROW_INVARIANT_ENV}={text:?} is neither `bounded` nor `always`: using `bounded`"
                 );
                 Self::default()
             }),
@@ -77,9 +85,13 @@ mod tests {
             RowInvariance::parse(" Always "),
             Some(RowInvariance::Always)
         );
-        assert_eq!(RowInvariance::parse("verify"), Some(RowInvariance::Verify));
+        assert_eq!(
+            RowInvariance::parse("bounded"),
+            Some(RowInvariance::Bounded)
+        );
         assert_eq!(RowInvariance::parse("yes"), None);
-        assert_eq!(RowInvariance::Verify.max_rows(), MAX_DRAFT_TOKENS_LIMIT + 1);
+        assert_eq!(RowInvariance::Bounded.max_rows(), 128);
+        assert!(RowInvariance::Bounded.max_rows() > MAX_DRAFT_TOKENS_LIMIT);
         assert_eq!(RowInvariance::Always.max_rows(), usize::MAX);
     }
 }

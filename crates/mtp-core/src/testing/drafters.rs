@@ -76,18 +76,20 @@ impl<B: Backend> TinyDrafter<B> {
         };
         let mut rng = WeightRng::new(config.seed);
         let (h, g, qd) = (config.hidden, config.gain, config.heads * t.head_dim);
+        // Dense, in the dtype the target computes in (its hidden states are the input).
+        let dtype = t.weights.compute_dtype();
         Ok(Self {
             head_dim: t.head_dim,
             window,
             inv_freq: inv_freq(rotated, 10_000.0),
-            pre: rng.matrix(backend, h, 2 * t.hidden, g)?,
-            attn_norm: rng.norm(backend, h)?,
-            q_proj: rng.matrix(backend, qd, h, g)?,
-            q_norm: rng.norm(backend, t.head_dim)?,
-            o_proj: rng.matrix(backend, h, qd, g)?,
-            final_norm: rng.norm(backend, h)?,
-            lm_head: rng.matrix(backend, t.vocab, h, g * 4.0)?,
-            post: rng.matrix(backend, t.hidden, h, g)?,
+            pre: rng.matrix_in(backend, h, 2 * t.hidden, g, dtype)?,
+            attn_norm: rng.norm_in(backend, h, dtype)?,
+            q_proj: rng.matrix_in(backend, qd, h, g, dtype)?,
+            q_norm: rng.norm_in(backend, t.head_dim, dtype)?,
+            o_proj: rng.matrix_in(backend, h, qd, g, dtype)?,
+            final_norm: rng.norm_in(backend, h, dtype)?,
+            lm_head: rng.matrix_in(backend, t.vocab, h, g * 4.0, dtype)?,
+            post: rng.matrix_in(backend, t.hidden, h, g, dtype)?,
             config,
         })
     }

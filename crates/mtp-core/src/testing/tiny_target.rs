@@ -118,7 +118,7 @@ enum Linear<B: Backend> {
 }
 
 impl<B: Backend> Linear<B> {
-    /// A seeded random `[rows, cols]` matrix (the draws of [`WeightRng::matrix`]) in `weights`.
+    /// A seeded random `[rows, cols]` matrix (the draws of [`WeightRng::matrix_in`]) in `weights`.
     fn random(
         rng: &mut WeightRng,
         backend: &B,

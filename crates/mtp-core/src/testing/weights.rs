@@ -24,34 +24,27 @@ impl WeightRng {
             .collect()
     }
 
-    /// A `[rows, cols]` matrix with entries of standard deviation about `gain / sqrt(cols)`.
-    pub fn matrix<B: Backend>(
+    /// A `[rows, cols]` `dtype` matrix with entries of standard deviation about
+    /// `gain / sqrt(cols)`.
+    pub fn matrix_in<B: Backend>(
         &mut self,
         backend: &B,
         rows: usize,
         cols: usize,
         gain: f32,
+        dtype: DType,
     ) -> Result<B::Array, B::Error> {
-        backend.from_f32(
-            &self.matrix_values(rows, cols, gain),
-            &[rows, cols],
-            DType::F32,
-        )
+        backend.from_f32(&self.matrix_values(rows, cols, gain), &[rows, cols], dtype)
     }
 
-    /// The values of [`matrix`](Self::matrix), on the host (the same draws).
+    /// The values of [`matrix_in`](Self::matrix_in), on the host (the same draws).
     pub fn matrix_values(&mut self, rows: usize, cols: usize, gain: f32) -> Vec<f32> {
         // Uniform on [-a, a) has std a / sqrt(3).
         let scale = gain * 3f32.sqrt() / (cols as f32).sqrt();
         self.uniform(rows * cols, scale)
     }
 
-    /// A norm weight near 1.
-    pub fn norm<B: Backend>(&mut self, backend: &B, n: usize) -> Result<B::Array, B::Error> {
-        self.norm_in(backend, n, DType::F32)
-    }
-
-    /// A norm weight near 1 in `dtype` (the same draws as [`norm`](Self::norm)).
+    /// A `dtype` norm weight near 1.
     pub fn norm_in<B: Backend>(
         &mut self,
         backend: &B,

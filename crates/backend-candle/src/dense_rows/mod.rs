@@ -27,6 +27,10 @@ use crate::qmatmul::SpinPool;
 use crate::row_scan::contiguous_f32;
 use crate::Result;
 
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod tile512;
+
 /// Activation rows dotted per pass over a weight row.
 #[cfg(target_arch = "x86_64")]
 const CHUNK: usize = 4;
@@ -297,16 +301,59 @@ unsafe fn rows_avx2<W: Widen>(
             (j0, m, xr)
         })
         .collect();
-    for (i, r) in rows.enumerate() {
-        let w_row = &w[r * cols..][..cols];
-        for (j0, m, xr) in &passes {
-            match m {
-                1 => store(part, *j0, i, chunk::<1, W>(w_row, xr)),
-                2 => store(part, *j0, i, chunk::<2, W>(w_row, xr)),
-                3 => store(part, *j0, i, chunk::<3, W>(w_row, xr)),
-                _ => store(part, *j0, i, chunk::<4, W>(w_row, xr)),
+    let count = rows.len();
+    // Groups of [`tile512::TILE`] weight rows by the AVX-512 tiles where the CPU has them:
+    // the same dot products in the same order (its 16-lane registers hold the two 8-lane
+    // chains side by side), with each activation load shared by four weight rows.
+    let mut done = 0;
+    if tile512::available() {
+        while done + tile512::TILE <= count {
+            let first = rows.start + done;
+            let ws: [&[W::Item]; tile512::TILE] =
+                std::array::from_fn(|t| &w[(first + t) * cols..][..cols]);
+            for (j0, m, xr) in &passes {
+                if *m == CHUNK {
+                    // SAFETY: AVX-512F was detected by `tile512::available`, AVX2, FMA and
+                    // F16C by the caller.
+                    let dots = unsafe { tile512::tile::<W>(&ws, xr) };
+                    for (jj, row) in dots.iter().enumerate() {
+                        part[j0 + jj][done..done + tile512::TILE].copy_from_slice(row);
+                    }
+                } else {
+                    for (t, w_row) in ws.iter().enumerate() {
+                        row_pass::<W>(part, *j0, *m, done + t, w_row, xr);
+                    }
+                }
             }
+            done += tile512::TILE;
         }
+    }
+    for i in done..count {
+        let w_row = &w[(rows.start + i) * cols..][..cols];
+        for (j0, m, xr) in &passes {
+            row_pass::<W>(part, *j0, *m, i, w_row, xr);
+        }
+    }
+}
+
+/// One weight row against one pass of `m` activation rows (from `j0`), into output column `i`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn row_pass<W: Widen>(
+    part: &mut [&mut [f32]],
+    j0: usize,
+    m: usize,
+    i: usize,
+    w_row: &[W::Item],
+    xr: &[&[f32]; CHUNK],
+) {
+    match m {
+        1 => store(part, j0, i, chunk::<1, W>(w_row, xr)),
+        2 => store(part, j0, i, chunk::<2, W>(w_row, xr)),
+        3 => store(part, j0, i, chunk::<3, W>(w_row, xr)),
+        _ => store(part, j0, i, chunk::<4, W>(w_row, xr)),
     }
 }
 
@@ -356,8 +403,7 @@ fn load_weights<W: Widen>(w: &[W::Item], c: usize) -> std::arch::x86_64::__m256 
 }
 
 /// One weight row dotted with `M` activation rows: per row two 8-lane chains (columns
-/// `16 s .. 16 s + 8` and `16 s + 8 .. 16 s + 16`), a last 8 into the first, the two summed
-/// and reduced across lanes, then the scalar tail added in order.
+/// `16 s .. 16 s + 8` and `16 s + 8 .. 16 s + 16`), then [`finish`].
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -375,25 +421,41 @@ fn chunk<const M: usize, W: Widen>(w: &[W::Item], xs: &[&[f32]; CHUNK]) -> [f32;
         }
         c += 16;
     }
-    if c + 8 <= cols {
-        let w0 = load_weights::<W>(w, c);
-        for jj in 0..M {
-            a0[jj] = _mm256_fmadd_ps(load(xs[jj], c), w0, a0[jj]);
-        }
-        c += 8;
-    }
     let mut out = [0f32; M];
     for jj in 0..M {
-        let v = _mm256_add_ps(a0[jj], a1[jj]);
-        let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        let mut sum = _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)));
-        for k in c..cols {
-            sum += xs[jj][k] * W::widen(w[k]);
-        }
-        out[jj] = sum;
+        out[jj] = finish::<W>([a0[jj], a1[jj]], c, w, xs[jj]);
     }
     out
+}
+
+/// The end of one dot product whose two 8-lane chains ran over columns `..c` (a multiple of
+/// 16): a last 8 columns into the first chain, the two chains summed and reduced across lanes,
+/// then the scalar tail added in order. Every kernel ends its dot products here, so they agree
+/// to the bit.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn finish<W: Widen>(
+    [mut a0, a1]: [std::arch::x86_64::__m256; 2],
+    mut c: usize,
+    w: &[W::Item],
+    x: &[f32],
+) -> f32 {
+    use std::arch::x86_64::*;
+    let cols = w.len();
+    if c + 8 <= cols {
+        a0 = _mm256_fmadd_ps(load(x, c), load_weights::<W>(w, c), a0);
+        c += 8;
+    }
+    let v = _mm256_add_ps(a0, a1);
+    let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+    let mut sum = _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)));
+    for k in c..cols {
+        sum += x[k] * W::widen(w[k]);
+    }
+    sum
 }
 
 #[cfg(test)]
