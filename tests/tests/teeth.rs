@@ -6,7 +6,9 @@ use mtp_core::reference::{HostArray, HostDevice, ReferenceBackend};
 use mtp_core::{
     AttentionMask, Backend, BinaryOp, CompareOp, CoreError, DType, ReduceOp, SortOrder, UnaryOp,
 };
-use mtp_tests::cases::{caches, creation, elementwise, errors, fused, hooks, linalg, reduce};
+use mtp_tests::cases::{
+    caches, creation, elementwise, errors, fused, hooks, invariance, linalg, reduce,
+};
 use mtp_tests::SuiteError;
 
 /// The one thing a [`Broken`] backend gets wrong.
@@ -30,6 +32,9 @@ enum Flaw {
     GatherIgnoresRouting,
     /// `from_le_bytes` reads stored `BF16` bytes as `F16`.
     Bf16ReadAsF16,
+    /// `linear` of more than one row rounds differently (a last-bit scale), as a kernel chosen
+    /// by the number of rows would.
+    LinearRoundsByRows,
 }
 
 /// The reference backend with one [`Flaw`].
@@ -217,6 +222,15 @@ impl Backend for Broken {
     fn matmul(&self, a: &HostArray, b: &HostArray) -> Result<HostArray, CoreError> {
         self.inner.matmul(a, b)
     }
+    fn linear(&self, x: &HostArray, w: &HostArray) -> Result<HostArray, CoreError> {
+        let y = self.inner.linear(x, w)?;
+        let shape = self.inner.shape(x);
+        let rows: usize = shape[..shape.len().saturating_sub(1)].iter().product();
+        if self.flaw == Flaw::LinearRoundsByRows && rows > 1 {
+            return self.inner.affine(&y, 1.0 + 2f32.powi(-20), 0.0);
+        }
+        Ok(y)
+    }
     fn gather_linear(
         &self,
         x: &HostArray,
@@ -389,5 +403,15 @@ fn bf16_weights_read_as_f16_are_caught() {
         "from_le_bytes",
         &[("creation::from_le_bytes", creation::from_le_bytes)],
         ("creation::from_f32", creation::from_f32),
+    );
+}
+
+#[test]
+fn a_linear_that_rounds_by_the_number_of_rows_is_caught() {
+    assert_caught(
+        Flaw::LinearRoundsByRows,
+        "linear",
+        &[("invariance::linear_rows", invariance::linear_rows)],
+        ("linalg::linear", linalg::linear),
     );
 }
