@@ -25,9 +25,11 @@
 //! tables or the model's device tables) and `gelu_tanh` (`Tensor::gelu`; a vectorised pass for
 //! contiguous `f32` CPU tensors, `gelu.rs`) use candle kernels; `top_k` selects with a heap per
 //! row on the CPU (`topk.rs`; GPUs keep the default sort); `argmax` and `non_finite_rows` scan
-//! contiguous `f32` CPU rows once (`row_scan.rs`); `attention_with_bias` runs a few `f32` CPU
-//! query rows in one pass each (`small_attention.rs`), otherwise the trait's default, as do
-//! `attention` and `log_softmax`; `gather_linear` (MoE
+//! contiguous `f32` CPU rows once (`row_scan.rs`); `attention_with_bias` runs CPU query rows
+//! in `f32`, `bf16` or `f16` in one pass each (`small_attention.rs`) and `linear` reads dense
+//! CPU weights in place (`dense_rows/`), both row-invariant up to the [`RowInvariance`] limit
+//! (a row gets the bits it gets alone), otherwise the trait's default, as do `attention` and
+//! `log_softmax`; `gather_linear` (MoE
 //! experts) runs one matmul per expert in use (`experts.rs`). The in-place cache hooks
 //! are overridden: [`Backend::write_slice`] writes into the preallocated buffer with
 //! `Tensor::slice_set`, and [`Backend::deep_copy`] copies the elements with `Tensor::force_contiguous`.

@@ -1,7 +1,7 @@
 //! How many rows of one forward the CPU's dense and attention kernels take — the rows whose
 //! bits never depend on the rows beside them.
 //!
-//! The few-row dense kernel (`dense_rows.rs`) and the per-query attention (`small_attention.rs`)
+//! The dense kernel (`dense_rows/`) and the per-query attention (`small_attention.rs`)
 //! compute each row as it would be computed alone, in every float dtype; the quantized kernels
 //! (`qmatmul`) do so for any number of rows. candle's packed matmuls, which run above the limit,
 //! round a row differently with the number of rows beside it. By default the limit is

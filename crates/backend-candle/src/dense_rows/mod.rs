@@ -1,7 +1,7 @@
-//! `y = x @ Wᵀ` for a few rows of activations (a decode step, a speculative verify of `k + 1`
-//! tokens, the packed rows of a continuous batch) against a dense weight `[out, in]` in `f32`,
-//! `bf16` or `f16` on the CPU, each weight row read in place and dotted with every activation
-//! row while it sits in L1.
+//! `y = x @ Wᵀ` for the rows of a decode step, a speculative verify of `k + 1` tokens, a
+//! prefill chunk or a continuous batch's packed rows (up to the
+//! [`RowInvariance`](crate::RowInvariance) limit) against a dense weight `[out, in]` in `f32`,
+//! `bf16` or `f16` on the CPU, each weight row read in place.
 //!
 //! candle's CPU matmul (the `gemm` crate) packs the transposed weight into its own panels on
 //! every call with more than one row: for the default pair's verify forwards about a third of
@@ -11,11 +11,16 @@
 //! same row decoded alone.
 //!
 //! Each output `y[j][i]` is one dot product whose order depends only on `in` (two 8-lane
-//! fused multiply-add chains over 16-column steps, then 8, then the scalar tail), never on how
-//! many rows were given, where a row sits among them, or how the work was split over threads:
-//! a row of a verify forward gets the bits it gets alone. **Rounding:** half-precision weights
-//! and activations are widened to `f32` exactly, the dot product is the same `f32` sum as for
-//! `f32` weights, and the result is rounded once to the activations' dtype.
+//! fused multiply-add chains over 16-column steps, then 8, then the scalar tail: [`finish`]),
+//! never on how many rows were given, where a row sits among them, or how the work was split
+//! over threads: a row of a verify forward gets the bits it gets alone. Activation rows go in
+//! passes of [`CHUNK`]; on a CPU with AVX-512 four weight rows at a time meet each full pass in
+//! one tile (`tile512.rs`: the two chains side by side in one 16-lane register, so the same
+//! bits with a quarter of the activation loads), which keeps the kernel as fast as candle's
+//! packed `f32` matmul up to 128 rows and faster in half precision (`examples/dense_bench.rs`).
+//! **Rounding:** half-precision weights and activations are widened to `f32` exactly, the dot
+//! product is the same `f32` sum as for `f32` weights, and the result is rounded once to the
+//! activations' dtype.
 
 use std::ops::Range;
 use std::sync::Arc;

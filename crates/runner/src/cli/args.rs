@@ -428,7 +428,8 @@ pub struct DraftArgs {
     /// --draft-tokens (the seed's behaviour) [default: adaptive].
     #[arg(long, value_enum)]
     pub draft_schedule: Option<ScheduleChoice>,
-    /// Validate drafts one token at a time instead of in one batched forward.
+    /// Validate drafts one token at a time instead of in one batched forward: the exact mode
+    /// where a backend's kernels are not row-invariant (candle CUDA; candle off x86-64).
     #[arg(long, conflicts_with = "compare_serial_validate")]
     pub serial_validate: bool,
     /// Debug: validate batched, re-check serially and report disagreements.
