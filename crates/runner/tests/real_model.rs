@@ -372,13 +372,6 @@ fn print_llama_cpp_against_hf(hf: &[Case]) {
     );
 }
 
-/// The margin by which `chosen` beats `other` in the logits after `prefix` (one forward over it).
-fn margin<B: Backend>(p: &Pipeline<B>, prefix: &[u32], chosen: u32, other: u32) -> f32 {
-    let (logits, vocab) = prompt_logits(p, prefix);
-    let last = &logits[logits.len() - vocab..];
-    last[chosen as usize] - last[other as usize]
-}
-
 /// The input-grounded prompts of the speed race (`tools/bench_peers/prompts/grounded.txt`: a
 /// text, then the start of a copy or light edit of it, where prompt lookup drafts well).
 fn grounded_prompts() -> Vec<String> {
