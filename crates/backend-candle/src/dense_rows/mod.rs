@@ -221,6 +221,7 @@ trait Widen {
     /// The stored value (`f32`, or a half's bits).
     type Item: Copy;
     /// Which type it is (the SIMD loads branch on it at compile time).
+    #[cfg(target_arch = "x86_64")]
     const ELEMENT: Element;
     /// The value as `f32`.
     fn widen(x: Self::Item) -> f32;
@@ -232,6 +233,7 @@ struct F16;
 
 impl Widen for F32 {
     type Item = f32;
+    #[cfg(target_arch = "x86_64")]
     const ELEMENT: Element = Element::F32;
     fn widen(x: f32) -> f32 {
         x
@@ -240,6 +242,7 @@ impl Widen for F32 {
 
 impl Widen for Bf16 {
     type Item = u16;
+    #[cfg(target_arch = "x86_64")]
     const ELEMENT: Element = Element::BF16;
     fn widen(x: u16) -> f32 {
         half::bf16::from_bits(x).to_f32()
@@ -248,6 +251,7 @@ impl Widen for Bf16 {
 
 impl Widen for F16 {
     type Item = u16;
+    #[cfg(target_arch = "x86_64")]
     const ELEMENT: Element = Element::F16;
     fn widen(x: u16) -> f32 {
         half::f16::from_bits(x).to_f32()
