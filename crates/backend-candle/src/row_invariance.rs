@@ -77,7 +77,41 @@ impl RowInvariance {
 
 #[cfg(test)]
 mod tests {
+    use mtp_core::{Backend, DType};
+
     use super::*;
+    use crate::CandleBackend;
+
+    /// With [`RowInvariance::Always`] a forward longer than [`BOUNDED_ROWS`] (a long prefill)
+    /// gives each row the bits it gets alone, in every float dtype.
+    #[test]
+    fn always_covers_forwards_past_the_bound() -> crate::Result<()> {
+        let b = CandleBackend::cpu().with_row_invariance(RowInvariance::Always);
+        assert_eq!(b.row_invariance(), RowInvariance::Always);
+        if !crate::dense_rows::available() {
+            // No row-invariant kernel on this CPU: candle's matmul runs every product.
+            return Ok(());
+        }
+        let (rows, cols, out) = (BOUNDED_ROWS + 72, 80, 37);
+        let value = |i: usize| ((i * 7919) % 1013) as f32 / 1013.0 - 0.5;
+        let xs: Vec<f32> = (0..rows * cols).map(value).collect();
+        let ws: Vec<f32> = (0..out * cols).map(|i| value(i + 17)).collect();
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let w = b.from_f32(&ws, &[out, cols], dtype)?;
+            let block = b.to_vec_f32(&b.linear(&b.from_f32(&xs, &[1, rows, cols], dtype)?, &w)?)?;
+            for (r, row) in xs.chunks_exact(cols).enumerate() {
+                let alone =
+                    b.to_vec_f32(&b.linear(&b.from_f32(row, &[1, 1, cols], dtype)?, &w)?)?;
+                let got: Vec<u32> = block[r * out..][..out]
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
+                let want: Vec<u32> = alone.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{dtype} row {r}");
+            }
+        }
+        Ok(())
+    }
 
     #[test]
     fn settings_parse_and_bound_the_rows() {

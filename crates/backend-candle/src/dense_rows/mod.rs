@@ -168,7 +168,7 @@ fn weight_len(w: &Tensor) -> Option<usize> {
 
 /// Whether this CPU has the kernel's instruction set: AVX2, FMA and F16C (which every x86-64
 /// CPU with AVX2 has).
-fn available() -> bool {
+pub(crate) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         std::is_x86_feature_detected!("avx2")
