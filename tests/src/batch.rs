@@ -24,13 +24,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::error::{backend_err, SuiteError};
 use crate::formats;
 
-/// The engine tests' helpers (random tiny configurations, draft overrides, the exact
-/// distribution of the first two sampled tokens, χ²), shared by path so that mtp-core's own
-/// batch tests and this suite use one copy.
-#[path = "../../crates/mtp-core/tests/common/mod.rs"]
-mod engine_helpers;
-
-use engine_helpers::{
+use crate::engine_helpers::{
     chi2::chi_square, draft, exact_first_two, no_env, penalised_probe, random_config, scripted,
 };
 

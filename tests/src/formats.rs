@@ -4,15 +4,16 @@
 //! `k + 1` rows must give each row the bits a one-row forward gives it (the
 //! [`invariance`](crate::invariance) cases), or a near-tie somewhere in 200 models tips.
 
-use mtp_core::engine::{CancelToken, DiscardSink, Engine, EnvLookup, GenerateRequest};
+use mtp_core::engine::{CancelToken, DiscardSink, Engine, GenerateRequest};
 use mtp_core::options::{DraftOverrides, ValidationMode};
 use mtp_core::quant::QuantScheme;
 use mtp_core::schedule::ScheduleKind;
-use mtp_core::testing::{LayerKind, ScriptedDrafter, TinyConfig, TinyTarget, TinyWeights};
+use mtp_core::testing::{ScriptedDrafter, TinyConfig, TinyTarget, TinyWeights};
 use mtp_core::{Backend, DType};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::engine_helpers::no_env;
 use crate::error::{backend_err, SuiteError};
 
 /// Random models per format.
@@ -27,41 +28,22 @@ pub const FORMATS: [TinyWeights; 5] = [
     TinyWeights::Quantized(QuantScheme::Q4),
 ];
 
-/// A random model whose matrices all take 32-wide quantization blocks (1–3 layers, full and
-/// sliding, grouped heads, soft-capping or not), in `weights`.
+/// A random model of the engine tests ([`random_config`](crate::engine_helpers::random_config):
+/// 1–3 layers, full and sliding, grouped heads, soft-capping or not) with widths that take
+/// 32-wide quantization blocks, in `weights`.
 pub(crate) fn random_config(rng: &mut ChaCha8Rng, seed: u64, weights: TinyWeights) -> TinyConfig {
+    let base = crate::engine_helpers::random_config(rng, seed);
     let (heads, kv_heads, head_dim) =
         [(4, 2, 8), (2, 1, 16), (4, 1, 16), (2, 2, 32), (8, 2, 4)][rng.random_range(0..5)];
-    let layers = (0..rng.random_range(1..4))
-        .map(|_| {
-            if rng.random_bool(0.5) {
-                LayerKind::Full
-            } else {
-                LayerKind::Sliding {
-                    window: rng.random_range(1..7),
-                }
-            }
-        })
-        .collect();
     TinyConfig {
-        vocab: rng.random_range(6..64),
         hidden: [32, 64][rng.random_range(0..2)],
         heads,
         kv_heads,
         head_dim,
         mlp: [32, 64, 96][rng.random_range(0..3)],
-        layers,
-        max_context: 64,
-        softcap: rng.random_bool(0.5).then_some(rng.random_range(5.0..40.0)),
-        gain: rng.random_range(0.5..2.5),
-        seed,
         weights,
-        ..TinyConfig::default()
+        ..base
     }
-}
-
-fn no_env() -> EnvLookup {
-    std::sync::Arc::new(|_| None)
 }
 
 /// What one instance ran: whether speculation matched plain, and the drafts it accepted.

@@ -1,6 +1,7 @@
 //! Row invariance: every op on a verify forward's path gives a row of a block the bits the
-//! same op gives that row alone — whatever the number of rows (1 to 16, and the packed rows of
-//! a continuous batch), whatever the row's place in the block. A speculative verify forwards
+//! same op gives that row alone — whatever the number of rows (1 to 128: every verify width,
+//! prefill chunks and the packed rows of a continuous batch), whatever the row's place in the
+//! block. A speculative verify forwards
 //! `k + 1` rows where plain decoding forwards one; where an op rounds differently for the
 //! two, greedy speculation can leave plain greedy's path at a near-tie (in the logits, or
 //! through the keys and values the verify writes to the caches). These cases compare the
@@ -25,7 +26,8 @@ use rand_chacha::ChaCha8Rng;
 use crate::error::{backend_err, SuiteError};
 use crate::harness::FLOATS;
 
-/// The block sizes checked: every verify width up to 16 rows, and packed batches beyond.
+/// The block sizes checked: every width up to 17 rows, wider packed batches, the widest verify
+/// (65 rows) and candle's default row-invariance bound (128).
 pub const BLOCK_ROWS: [usize; 21] = [
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 24, 40, 65, 128,
 ];

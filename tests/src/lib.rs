@@ -44,6 +44,11 @@
 pub mod batch;
 pub mod caches;
 pub mod engine;
+/// The engine tests' helpers (random tiny configurations, draft overrides, the exact
+/// distribution of the first two sampled tokens, χ²), shared by path so that mtp-core's own
+/// engine tests and this suite use one copy.
+#[path = "../../crates/mtp-core/tests/common/mod.rs"]
+pub(crate) mod engine_helpers;
 pub mod error;
 pub mod formats;
 pub mod harness;

@@ -10,13 +10,14 @@ greedy MTP's output was identical to plain on every prompt (`greedy_identical`: 
 verification, no serial validation).
 
     python3 tools/bench_batch/row_invariance_cost.py --before /path/to/old/mtp \
-        --after target/release/mtp --out benchmarks/invariance/cost.json
+        --after target/release/mtp --out benchmarks/invariance/cost.json.gz
 
-Writes the JSON (every `mtp bench` report, keyed by build and configuration) and prints the
+Writes the gzipped JSON (every `mtp bench` report, keyed by build and configuration) and prints the
 markdown table BENCHMARKS.md holds.
 """
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -84,7 +85,8 @@ def main():
             print(f"{name}: {build}", file=sys.stderr)
             results[build][name] = bench(getattr(a, build), args, a.reps)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(results, indent=1))
+    with gzip.open(a.out, "wt") as f:
+        json.dump(results, f, separators=(",", ":"))
     print("| configuration | build | prefill t/s | plain t/s | adaptive t/s | depth 4 t/s "
           "| t_v(5)/t_v(1) | batched greedy MTP == plain |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
