@@ -53,7 +53,8 @@ pub(crate) fn attention(
         return Ok(None);
     }
     // Half precision is widened to `f32` exactly, computed as `f32` is, and the result rounded
-    // once to the dtype.
+    // once to the dtype. The widening copies the caches on every call (one pass over what the
+    // call reads anyway); the `f32` kernels read them in place.
     let widened;
     let (q, k, v) = if dtype == DType::F32 {
         (q.contiguous()?, k, v)
