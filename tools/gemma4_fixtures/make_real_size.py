@@ -177,21 +177,24 @@ def rule_of(name: str) -> str:
     return "weight"
 
 
+def rule_chunk(name: str, start: int, stop: int) -> np.ndarray:
+    """Elements start..stop of a float tensor by the rule."""
+    z = stream(name, start, stop)
+    if rule_of(name) == "scale":
+        return 1.0 + ((z >> np.uint64(60)).astype(np.int32) - 8).astype(np.float32) * 2.0**-5
+    step = 2.0**-13 if rule_of(name) == "weight" else 2.0**-15
+    return (2 * (z >> np.uint64(56)).astype(np.int32) - 255).astype(np.float32) * step
+
+
 def rule_values(name: str, numel: int) -> np.ndarray:
-    rule = rule_of(name)
-    if rule == "permutation":
+    if rule_of(name) == "permutation":
         keys = stream(name, 0, numel)
         assert len(np.unique(keys)) == numel, f"{name}: tied keys"
         return np.argsort(keys, kind="stable").astype(np.int64)
     out = np.empty(numel, dtype=np.float32)
     for start in range(0, numel, CHUNK):
         stop = min(numel, start + CHUNK)
-        z = stream(name, start, stop)
-        if rule in ("weight", "embedding"):
-            step = 2.0**-13 if rule == "weight" else 2.0**-15
-            out[start:stop] = (2 * (z >> np.uint64(56)).astype(np.int32) - 255).astype(np.float32) * step
-        else:
-            out[start:stop] = 1.0 + ((z >> np.uint64(60)).astype(np.int32) - 8).astype(np.float32) * 2.0**-5
+        out[start:stop] = rule_chunk(name, start, stop)
     return out
 
 
@@ -204,8 +207,13 @@ def fill_by_rule(model: torch.nn.Module) -> list[str]:
         if tensor.data_ptr() in seen:
             continue
         seen.add(tensor.data_ptr())
-        values = torch.from_numpy(rule_values(name, tensor.numel())).view(tensor.shape)
-        tensor.data.copy_(values.to(tensor.dtype))
+        if rule_of(name) == "permutation":
+            tensor.data.copy_(torch.from_numpy(rule_values(name, tensor.numel())).view(tensor.shape))
+        else:  # chunk by chunk: a full-size table is gigabytes
+            flat = tensor.data.view(-1)
+            for start in range(0, flat.numel(), CHUNK):
+                stop = min(flat.numel(), start + CHUNK)
+                flat[start:stop].copy_(torch.from_numpy(rule_chunk(name, start, stop)))
         filled.append(name)
     return filled
 

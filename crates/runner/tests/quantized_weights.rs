@@ -188,3 +188,45 @@ fn bad_mlx_quantization_configs_are_clear_errors() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+/// `--quantize` widens a matrix a chunk of rows at a time (a full-size Gemma 4 per-layer table
+/// would be 9.4 GB in `f32`): chunks of any size give the values of widening it whole, in order,
+/// and quantizing chunk by chunk gives the bytes of quantizing it whole.
+#[test]
+fn quantize_at_load_widens_row_chunks_to_the_whole_matrix_bytes() {
+    use runner::loading::TensorStore;
+    use safetensors::tensor::TensorView;
+    let (rows, cols) = (10usize, 64usize);
+    let values: Vec<half::bf16> = (0..rows * cols)
+        .map(|i| half::bf16::from_f32(((i * 37 % 101) as f32 - 50.0) / 16.0))
+        .collect();
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("m.safetensors");
+    let view = TensorView::new(safetensors::Dtype::BF16, vec![rows, cols], &bytes).expect("view");
+    safetensors::serialize_to_file([("m", view)], None, &path).expect("write");
+    let open = || TensorStore::from_files(std::slice::from_ref(&path)).expect("store");
+    let whole = open().take_f32("m", &[rows, cols]).expect("whole");
+    let want = QuantScheme::Q8.quantize(&whole, rows, cols).expect("q8");
+    for chunk_rows in [1, 3, 4, 10, 64] {
+        let (mut widened, mut blocks, mut calls) = (Vec::new(), Vec::new(), 0);
+        open()
+            .take_f32_rows("m", [rows, cols], chunk_rows, |chunk| {
+                calls += 1;
+                assert!(
+                    chunk.len() <= chunk_rows * cols,
+                    "a chunk of {chunk_rows} rows"
+                );
+                widened.extend_from_slice(chunk);
+                let part = QuantScheme::Q8
+                    .quantize(chunk, chunk.len() / cols, cols)
+                    .unwrap();
+                blocks.extend_from_slice(part.data());
+                Ok(())
+            })
+            .expect("rows");
+        assert_eq!(calls, rows.div_ceil(chunk_rows), "chunks of {chunk_rows}");
+        assert_eq!(widened, whole, "chunks of {chunk_rows}");
+        assert_eq!(blocks, want.data(), "chunks of {chunk_rows}");
+    }
+}

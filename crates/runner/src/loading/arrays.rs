@@ -10,6 +10,10 @@ use super::quantized::{unquantizable, MlxQuantization};
 use super::tensors::TensorStore;
 use super::StoredQuant;
 
+/// Weights widened to `f32` at a time when a matrix is quantized at load (`--quantize`):
+/// 16 Mi values, 64 MiB.
+pub const QUANTIZE_CHUNK_VALUES: usize = 1 << 24;
+
 /// A matrix as loaded: dense in the compute dtype, or a quantized weight of the backend.
 #[derive(Debug)]
 pub enum Matrix<B: Backend> {
@@ -181,19 +185,39 @@ impl<'a, B: Backend> ArrayLoader<'a, B> {
             if !self.quantizable(scheme, name, cols) {
                 return Ok(None);
             }
-            let values = self.store.take_f32(name, &[rows, cols])?;
-            let tensor =
-                scheme
-                    .quantize(&values, rows, cols)
-                    .map_err(|e| LoadError::InvalidTensor {
-                        name: name.to_string(),
-                        reason: e.to_string(),
-                    })?;
-            (tensor, false)
+            (self.quantize_rows(scheme, name, rows, cols)?, false)
         } else {
             return Ok(None);
         };
         Ok(Some(found))
+    }
+
+    /// Matrix `name` quantized at load by `scheme`, [`QUANTIZE_CHUNK_VALUES`] weights at a time
+    /// (the blocks of a row never cross a chunk, so the bytes are those of quantizing it whole):
+    /// loading holds the blocks and one chunk in `f32`, never the whole matrix widened.
+    fn quantize_rows(
+        &mut self,
+        scheme: QuantScheme,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> LoadResult<QuantTensor> {
+        let invalid = |e: mtp_core::quant::QuantError| LoadError::InvalidTensor {
+            name: name.to_string(),
+            reason: e.to_string(),
+        };
+        let ty = scheme.ggml_type();
+        let mut data = Vec::with_capacity(ty.tensor_bytes(rows, cols).map_err(invalid)?);
+        let chunk_rows = (QUANTIZE_CHUNK_VALUES / cols.max(1)).max(1);
+        self.store
+            .take_f32_rows(name, [rows, cols], chunk_rows, |values| {
+                let part = scheme
+                    .quantize(values, values.len() / cols.max(1), cols)
+                    .map_err(invalid)?;
+                data.extend_from_slice(part.data());
+                Ok(())
+            })?;
+        QuantTensor::ggml(ty, rows, cols, data).map_err(invalid)
     }
 
     /// The affine parameters config.json's `quantization` gives `module`, whose `scales` tensor

@@ -511,6 +511,47 @@ impl TensorStore {
         Ok((dtype, bytes))
     }
 
+    /// Tensor `name` (`[rows, cols]`, stored as F32, F16 or BF16) as `f32`, `chunk_rows` rows at
+    /// a time: `each` gets the chunks in order, and each chunk's pages of the map are dropped
+    /// after it. A table whose `f32` copy would not fit beside the rest (E2B's 262,144 x 8,960
+    /// per-layer embedding is 9.4 GB in `f32`) is never widened whole.
+    pub fn take_f32_rows(
+        &mut self,
+        name: &str,
+        [rows, cols]: [usize; 2],
+        chunk_rows: usize,
+        mut each: impl FnMut(&[f32]) -> LoadResult<()>,
+    ) -> LoadResult<()> {
+        let (dtype, bytes) = self.take_float_bytes(name, &[rows, cols])?;
+        let (dtype, total) = (dtype, bytes.len());
+        let Some(file) = self.index.get(name).map(|&f| &self.files[f]) else {
+            return Ok(());
+        };
+        let Some(info) = file.tensors.get(name) else {
+            return Ok(());
+        };
+        let start = file.data_start + info.data_offsets.0;
+        let bytes = &file.map[start..start + total];
+        let chunk_bytes = chunk_rows.max(1) * cols * dtype.size_in_bytes();
+        let mut values = Vec::with_capacity(chunk_bytes / dtype.size_in_bytes());
+        for (i, chunk) in bytes.chunks(chunk_bytes.max(1)).enumerate() {
+            values.clear();
+            let pairs = chunk.chunks_exact(2).map(|c| [c[0], c[1]]);
+            match dtype {
+                DType::F16 => values.extend(pairs.map(|b| half::f16::from_le_bytes(b).to_f32())),
+                DType::BF16 => values.extend(pairs.map(|b| half::bf16::from_le_bytes(b).to_f32())),
+                _ => values.extend(
+                    chunk
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                ),
+            }
+            each(&values)?;
+            drop_pages(&file.map, start + i * chunk_bytes, chunk.len());
+        }
+        Ok(())
+    }
+
     /// Tell the kernel that the pages of `name` will not be read again (after its bytes were
     /// copied into an array): they leave this process's resident set (the file's page cache is
     /// unchanged), so loading a checkpoint holds the arrays, not the arrays plus the map.
