@@ -46,7 +46,10 @@ from pathlib import Path
 
 from race import ROOT, DEFAULT_PEERS, LlamaServer, git, machine, measure, post, sh
 
-BEGIN, END = "<!-- mtp-gguf-table:begin -->", "<!-- mtp-gguf-table:end -->"
+SECTION = "mtp-gguf-table"  # BENCHMARKS.md's markers: <!-- SECTION:begin --> ... <!-- SECTION:end -->
+# Outtypes llama.cpp's converter does not write: converted to bf16, then `llama-quantize`d (the
+# assistant stays at q8_0).
+QUANTIZE_TYPES = {"q4_k_m": "Q4_K_M"}
 DEPTHS = [1, 2, 3, 4]
 DEFAULT_PAIR = Path.home() / ".cache" / "mtp-rs" / "race-pair"
 # The converter, run through a shim that completes `global_head_dim` (see convert_gemma4.py).
@@ -56,6 +59,13 @@ CONVERTER = DEFAULT_PEERS / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp" /
 
 def convert(args, outtype: str) -> tuple[Path, Path]:
     """The pair's GGUF files at `outtype`, converted once."""
+    if outtype in QUANTIZE_TYPES:
+        base, assistant = convert(args, "bf16")[0], convert(args, "q8_0")[1]
+        out = args.work / f"target-{outtype}.gguf"
+        if not out.exists():
+            sh([args.llama / "bin" / "llama-quantize", base, out, QUANTIZE_TYPES[outtype]],
+               stdout=subprocess.DEVNULL)
+        return out, assistant
     files = []
     for part in ("target", "assistant"):
         out = args.work / f"{part}-{outtype}.gguf"
@@ -88,7 +98,10 @@ def ours(args, target: Path, assistant: Path, prompts: Path, out: Path) -> dict:
            "-n", args.num_predict, "--reps", args.reps, "--warmup", 1,
            "--depths", ",".join(map(str, DEPTHS)), "--schedules", "adaptive",
            "--controllers", "fresh,carried", "--threads", args.threads, "--temperature", "0",
-           "--json", out]
+           "--json", out, *args.ours_args.split()]
+    if args.centroids:
+        # llama.cpp's converter drops the assistant's centroids; ours reads them from the HF dir.
+        cmd += ["--draft-centroids", args.pair / "assistant"]
     sh(cmd, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
@@ -159,6 +172,11 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llama-kv", choices=["f16", "f32"], default="f16",
                     help="llama.cpp's KV cache type (f16 is its default, at full strength)")
+    ap.add_argument("--centroids", action="store_true",
+                    help="ours drafts through the HF assistant's centroid head (--draft-centroids); "
+                         "llama.cpp has only the dense head")
+    ap.add_argument("--ours-args", default="", help="more `mtp bench` options, e.g. '--max-width 8'")
+    ap.add_argument("--section", default=SECTION, help="the BENCHMARKS.md markers --update replaces")
     ap.add_argument("--table", type=Path, help="print (or --update) the table of this JSON file")
     ap.add_argument("--update", type=Path, help="with --table: replace the section in this file")
     args = ap.parse_args()
@@ -174,7 +192,9 @@ def main() -> int:
               "num_predict": args.num_predict, "threads": args.threads, "reps": args.reps,
               "llama_kv_cache": args.llama_kv,
               "prompts": str(args.prompts.relative_to(ROOT)), "pair": str(args.pair),
-              "training": json.loads((args.pair / "training.json").read_text()).get("assistant"),
+              "training": json.loads((args.pair / "training.json").read_text()).get("assistant")
+              if (args.pair / "training.json").is_file() else None,
+              "centroids": args.centroids,
               "started": time.strftime("%Y-%m-%d %H:%M:%S"), "outtypes": []}
     for outtype in args.outtypes.split(","):
         target, assistant = convert(args, outtype)
@@ -193,6 +213,8 @@ def main() -> int:
                      for v in our["variants"]},
             "llama": theirs,
             "plain_divergences": split,
+            "ours_cost": our.get("cost"), "ours_prefill_tokens_per_second": our.get("prefill_tokens_per_second"),
+            "ours_peak_rss_bytes": our.get("peak_rss_bytes"),
         })
         (args.out / "race-mtp-gguf.json").write_text(json.dumps(report, indent=1) + "\n")
     report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -267,6 +289,14 @@ def table(args) -> int:
                              f"k={theirs_best[0]}) | {same_ids(ours[name]['outputs'], ours['plain']['outputs'])}, — | "
                              f"{same_tokens(ours[name]['outputs'], lplain_runs)} |")
         lines.append("")
+        cost = part.get("ours_cost")
+        if cost and cost.get("verify_secs"):
+            t1 = cost["verify_secs"][0]["secs"]["median"]
+            curve = ", ".join(f"{c['secs']['median'] / t1:.2f}" for c in cost["verify_secs"])
+            lines.append(f"Ours: one target step t_v(1) {1000 * t1:.0f} ms, a draft step t_d "
+                         f"{1000 * cost['draft_step_secs']['median']:.1f} ms "
+                         f"({cost['draft_step_secs']['median'] / t1:.3f} of a step); "
+                         f"t_v(w)/t_v(1) for w = 1..{len(cost['verify_secs'])}: {curve}.")
         if mine_best and theirs_best:
             ratio = median([a / b for a, b in zip(mine_best[2], theirs_best[2])])
             lines.append(f"Best fixed depth against best fixed depth: ours at k = {mine_best[0]} ÷ "
@@ -284,7 +314,8 @@ def table(args) -> int:
     text = "\n".join(lines)
     if args.update:
         doc = args.update.read_text()
-        start, end = doc.index(BEGIN) + len(BEGIN), doc.index(END)
+        begin, end = f"<!-- {args.section}:begin -->", f"<!-- {args.section}:end -->"
+        start, end = doc.index(begin) + len(begin), doc.index(end)
         args.update.write_text(doc[:start] + "\n" + text + "\n" + doc[end:])
     else:
         print(text)
