@@ -4,7 +4,7 @@ rule anyone can regenerate, and the reference HF computes from them.
 
 The published E2B / E4B text configurations (`E2B_TEXT`, `E4B_TEXT`) and their assistants
 (`E2B_ASSISTANT`, `E4B_ASSISTANT`) are built with `Gemma4ForCausalLM` / `Gemma4AssistantForCausalLM`;
-every weight is then overwritten by `rule_values` (see "Weight rule" in README-real-size.md) and the
+every weight is then overwritten by `rule_values` (the "Weight rule" below; README.md, "Real size") and the
 models are written by their own `save_pretrained` in bfloat16 (every rule value is exact in bf16, so
 the f32 reference and a bf16 file hold the same numbers).
 

@@ -116,6 +116,29 @@ pub(crate) fn map_file(path: &Path) -> LoadResult<Mmap> {
     })
 }
 
+/// Append little-endian `bytes` of tensor `name`, stored as F32, F16 or BF16, to `out` as `f32`
+/// (exact: every F16 and BF16 value is an `f32`).
+fn widen_into(name: &str, dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) -> LoadResult<()> {
+    let pairs = bytes.chunks_exact(2).map(|c| [c[0], c[1]]);
+    match dtype {
+        Dtype::F32 => out.extend(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        ),
+        Dtype::F16 => out.extend(pairs.map(|b| half::f16::from_le_bytes(b).to_f32())),
+        Dtype::BF16 => out.extend(pairs.map(|b| half::bf16::from_le_bytes(b).to_f32())),
+        other => {
+            return Err(LoadError::UnsupportedDtype {
+                name: name.to_string(),
+                dtype: format!("{other:?}"),
+                supported: "F32, F16, BF16",
+            })
+        }
+    }
+    Ok(())
+}
+
 fn open_file(path: &Path) -> LoadResult<MappedFile> {
     let map = map_file(path)?;
     let corrupt = |reason: String| LoadError::CorruptWeights {
@@ -446,6 +469,17 @@ impl TensorStore {
 
     /// Find `name`, check its shape against `expected`, and return its dtype and raw bytes.
     fn raw(&mut self, name: &str, expected: &[usize]) -> LoadResult<(Dtype, &[u8])> {
+        let (dtype, file, range) = self.locate(name, expected)?;
+        Ok((dtype, &self.files[file].map[range]))
+    }
+
+    /// Where tensor `name` of shape `expected` lies: its stored dtype, its file and its byte range
+    /// in that file's map (checked against the shape and the file's length); marks it taken.
+    fn locate(
+        &mut self,
+        name: &str,
+        expected: &[usize],
+    ) -> LoadResult<(Dtype, usize, std::ops::Range<usize>)> {
         let Some(&file_index) = self.index.get(name) else {
             return Err(LoadError::MissingTensor {
                 name: name.to_string(),
@@ -482,10 +516,11 @@ impl TensorStore {
                 info.dtype
             )));
         }
-        match file.map.get(file.data_start + start..file.data_start + end) {
-            Some(bytes) => Ok((info.dtype, bytes)),
-            None => Err(corrupt(format!("tensor {name} is truncated"))),
+        let range = file.data_start + start..file.data_start + end;
+        if range.end > file.map.len() {
+            return Err(corrupt(format!("tensor {name} is truncated")));
         }
+        Ok((info.dtype, file_index, range))
     }
 
     /// Tensor `name` of shape `expected` as its stored float dtype (F32, F16 or BF16) and its raw
@@ -522,32 +557,15 @@ impl TensorStore {
         chunk_rows: usize,
         mut each: impl FnMut(&[f32]) -> LoadResult<()>,
     ) -> LoadResult<()> {
-        let (dtype, bytes) = self.take_float_bytes(name, &[rows, cols])?;
-        let (dtype, total) = (dtype, bytes.len());
-        let Some(file) = self.index.get(name).map(|&f| &self.files[f]) else {
-            return Ok(());
-        };
-        let Some(info) = file.tensors.get(name) else {
-            return Ok(());
-        };
-        let start = file.data_start + info.data_offsets.0;
-        let bytes = &file.map[start..start + total];
-        let chunk_bytes = chunk_rows.max(1) * cols * dtype.size_in_bytes();
-        let mut values = Vec::with_capacity(chunk_bytes / dtype.size_in_bytes());
-        for (i, chunk) in bytes.chunks(chunk_bytes.max(1)).enumerate() {
+        let (dtype, file, range) = self.locate(name, &[rows, cols])?;
+        let map = &self.files[file].map;
+        let chunk_bytes = chunk_rows.max(1) * cols.max(1) * (dtype.bitsize() / 8);
+        let mut values = Vec::new();
+        for (i, chunk) in map[range.clone()].chunks(chunk_bytes).enumerate() {
             values.clear();
-            let pairs = chunk.chunks_exact(2).map(|c| [c[0], c[1]]);
-            match dtype {
-                DType::F16 => values.extend(pairs.map(|b| half::f16::from_le_bytes(b).to_f32())),
-                DType::BF16 => values.extend(pairs.map(|b| half::bf16::from_le_bytes(b).to_f32())),
-                _ => values.extend(
-                    chunk
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-                ),
-            }
+            widen_into(name, dtype, chunk, &mut values)?;
             each(&values)?;
-            drop_pages(&file.map, start + i * chunk_bytes, chunk.len());
+            drop_pages(map, range.start + i * chunk_bytes, chunk.len());
         }
         Ok(())
     }
@@ -575,24 +593,9 @@ impl TensorStore {
     /// Tensor `name` of shape `expected` as `f32` (stored as F32, F16 or BF16).
     pub fn take_f32(&mut self, name: &str, expected: &[usize]) -> LoadResult<Vec<f32>> {
         let (dtype, bytes) = self.raw(name, expected)?;
-        let pairs = bytes.chunks_exact(2).map(|c| [c[0], c[1]]);
-        match dtype {
-            Dtype::F32 => Ok(bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect()),
-            Dtype::F16 => Ok(pairs
-                .map(|b| half::f16::from_le_bytes(b).to_f32())
-                .collect()),
-            Dtype::BF16 => Ok(pairs
-                .map(|b| half::bf16::from_le_bytes(b).to_f32())
-                .collect()),
-            other => Err(LoadError::UnsupportedDtype {
-                name: name.to_string(),
-                dtype: format!("{other:?}"),
-                supported: "F32, F16, BF16",
-            }),
-        }
+        let mut values = Vec::with_capacity(expected.iter().product());
+        widen_into(name, dtype, bytes, &mut values)?;
+        Ok(values)
     }
 
     /// Integer tensor `name` of shape `expected` (stored as I64, I32 or U32) as `i64`.
