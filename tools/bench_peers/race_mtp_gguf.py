@@ -176,12 +176,19 @@ def main() -> int:
                     help="ours drafts through the HF assistant's centroid head (--draft-centroids); "
                          "llama.cpp has only the dense head")
     ap.add_argument("--ours-args", default="", help="more `mtp bench` options, e.g. '--max-width 8'")
+    ap.add_argument("--convert-only", action="store_true",
+                    help="convert (and quantize) the pair at each --outtypes into --work, then stop")
     ap.add_argument("--section", default=SECTION, help="the BENCHMARKS.md markers --update replaces")
     ap.add_argument("--table", type=Path, help="print (or --update) the table of this JSON file")
     ap.add_argument("--update", type=Path, help="with --table: replace the section in this file")
     args = ap.parse_args()
     if args.table:
         return table(args)
+    if args.convert_only:
+        args.work.mkdir(parents=True, exist_ok=True)
+        for outtype in args.outtypes.split(","):
+            print(*convert(args, outtype))
+        return 0
     if args.out is None:
         ap.error("--out is required")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@ wall time, peak RSS and memory estimate per way in), `race-mtp-gguf.json` (our p
 plain decode on the same GGUF files) and `llama-bench-<q>.json` (llama.cpp's prefill and decode with
 the same threads).
 
-Usage: real_size_table.py DIR [--update BENCHMARKS.md]   (replaces <!-- real-size-load:begin/end -->)
+Usage: real_size_table.py DIR [--update BENCHMARKS.md] [--section real-size-load]
+       (replaces <!-- SECTION:begin --> ... <!-- SECTION:end -->; E4B's is real-size-e4b-load)
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import statistics
 import sys
 from pathlib import Path
 
-BEGIN, END = "<!-- real-size-load:begin -->", "<!-- real-size-load:end -->"
 GGUF = {"q8_0": "gguf Q8_0", "q4_k_m": "gguf Q4_K_M"}
 
 
@@ -36,6 +36,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", type=Path)
     ap.add_argument("--update", type=Path)
+    ap.add_argument("--section", default="real-size-load", help="the BENCHMARKS.md markers --update replaces")
     args = ap.parse_args()
     load = json.loads((args.dir / "load.json").read_text())
     race = json.loads((args.dir / "race-mtp-gguf.json").read_text())
@@ -54,8 +55,9 @@ def main() -> int:
                      f"{fmt(plain)} | {fmt(tg)} |")
     text = "\n".join(lines)
     if args.update:
+        begin, end = f"<!-- {args.section}:begin -->", f"<!-- {args.section}:end -->"
         doc = args.update.read_text()
-        start, end = doc.index(BEGIN) + len(BEGIN), doc.index(END)
+        start, end = doc.index(begin) + len(begin), doc.index(end)
         args.update.write_text(doc[:start] + "\n" + text + "\n" + doc[end:])
     else:
         print(text)

@@ -3,7 +3,7 @@
 //! a row's best logits. Prints one JSON object (medians in milliseconds) to stdout.
 //!
 //! ```sh
-//! cargo run --release -p mtp-core --example sampling_bench [-- --vocab 262144 --reps 200]
+//! cargo run --release -p mtp-core --example sampling_bench [-- --vocab 262144 --reps 200 --only I]
 //! ```
 //!
 //! The row is synthetic but shaped like a language model's: a Gaussian bulk (σ = 2.5) with a
@@ -17,6 +17,8 @@ use rand::{Rng, SeedableRng};
 fn main() {
     let mut vocab = 262_144usize;
     let mut reps = 200usize;
+    // `--only I`: the I-th setting alone (0-based), for a profiler.
+    let mut only = None;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -24,8 +26,9 @@ fn main() {
         match (flag.as_str(), value) {
             ("--vocab", Some(v)) => vocab = v,
             ("--reps", Some(v)) => reps = v,
+            ("--only", Some(v)) => only = Some(v),
             _ => {
-                eprintln!("usage: sampling_bench [--vocab N] [--reps N]");
+                eprintln!("usage: sampling_bench [--vocab N] [--reps N] [--only I]");
                 std::process::exit(2);
             }
         }
@@ -70,7 +73,10 @@ fn main() {
         ),
     ];
     let mut cases = Vec::new();
-    for (name, options) in settings {
+    for (index, (name, options)) in settings.into_iter().enumerate() {
+        if only.is_some_and(|i| i != index) {
+            continue;
+        }
         let options = SamplerOptions {
             seed: Some(1),
             ..options

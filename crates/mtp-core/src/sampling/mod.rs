@@ -29,6 +29,7 @@ mod pipeline;
 mod row_mass;
 mod sampler;
 mod select;
+mod spare_rows;
 mod vector;
 
 pub use distribution::Distribution;

@@ -24,6 +24,7 @@
 
 use super::logprobs::{self, TokenLogprobs};
 use super::nucleus::{self, Total};
+use super::spare_rows::{give_row, take_row};
 use super::vector::{largest, SoftmaxRow};
 use super::{best_k, Distribution, SamplerOptions};
 use crate::CoreError;
@@ -173,7 +174,7 @@ pub(crate) fn distribution(
     context: &[u32],
     options: &SamplerOptions,
 ) -> Result<Distribution, CoreError> {
-    check_logits(&row)?;
+    let max = check_logits(&row)?;
     let vocab = row.vocab();
     let penalised = Penalised::new(row, context, options);
     if options.is_greedy() {
@@ -184,11 +185,11 @@ pub(crate) fn distribution(
     }
     if keeps_every_token(options, vocab) {
         if let Some(logits) = whole_row(&row) {
-            return softmax(&logits, &penalised, options.temperature);
+            return softmax(&logits, max, &penalised, options.temperature);
         }
     }
     if let LogitRow::Dense(logits) = row {
-        if let Some(d) = from_largest(logits, context, options)? {
+        if let Some(d) = from_largest(logits, max, context, options)? {
             return Ok(d);
         }
     }
@@ -261,28 +262,33 @@ fn whole_row<'a>(row: &LogitRow<'a>) -> Option<std::borrow::Cow<'a, [f32]>> {
 /// The softmax of a whole row at `temperature` (penalties applied), when nothing truncates
 /// it: the row's `f32` weights and blocked total in one vectorised pass ([`SoftmaxRow`], whose
 /// rounding the [`vector`](super::vector) module states), a penalised copy of the row first
-/// when penalties apply (each penalised logit rounded to `f32`).
+/// when penalties apply (each penalised logit rounded to `f32`). `max` is the largest of
+/// `logits` (before penalties).
 fn softmax(
     logits: &[f32],
+    max: f32,
     penalised: &Penalised<'_>,
     temperature: f32,
 ) -> Result<Distribution, CoreError> {
     let inv_temperature = 1.0 / temperature;
     let weights = if penalised.context.is_empty() {
-        SoftmaxRow::of_logits(logits, inv_temperature)
+        SoftmaxRow::of_logits_below(logits, max, inv_temperature)
     } else {
-        let mut row = logits.to_vec();
+        let mut row = take_row(logits.len());
+        row.copy_from_slice(logits);
         for &(id, value) in &penalised.context {
             if let Some(slot) = row.get_mut(id as usize) {
                 *slot = value as f32;
             }
         }
-        SoftmaxRow::of_logits(&row, inv_temperature)
+        let weights = SoftmaxRow::of_logits(&row, inv_temperature);
+        give_row(row);
+        weights
     };
     Distribution::softmax(weights)
 }
 
-/// Relative bound on how far [`SoftmaxRow::total_of_logits`] lies from the `f64` total
+/// Relative bound on how far [`SoftmaxRow::total_of_logits_below`] lies from the `f64` total
 /// `Σ exp((l − max) / T)`: each term's argument carries at most `3|x|u` (`|x| ≤ 87`,
 /// `u = 2⁻²⁴`: the subtraction, the scaling and `1/T`), `exp_neg` about 2 ulp, and the
 /// flushed terms weigh under `e^-87` each against a total of at least 1 — about `2·10⁻⁵` in
@@ -301,6 +307,7 @@ const NUCLEUS_GROWTH: usize = 16;
 /// neither applies or nothing settled: the caller then weighs every logit.
 fn from_largest(
     logits: &[f32],
+    max: f32,
     context: &[u32],
     options: &SamplerOptions,
 ) -> Result<Option<Distribution>, CoreError> {
@@ -318,7 +325,7 @@ fn from_largest(
     let Some(mut k) = options.nucleus_candidates(vocab) else {
         return Ok(None);
     };
-    let total = SoftmaxRow::total_of_logits(logits, 1.0 / options.temperature);
+    let total = SoftmaxRow::total_of_logits_below(logits, max, 1.0 / options.temperature);
     let flushed = vocab as f64 * f64::from(f32::MIN_POSITIVE);
     let (total_low, total_high) = (
         total * (1.0 - ROW_TOTAL_TOLERANCE),
@@ -389,9 +396,10 @@ pub(crate) fn check_id(id: u32, vocab: usize) -> Result<(), CoreError> {
     }
 }
 
-/// Rejects empty rows, NaN or +∞ logits, and rows with no finite logit (−∞ masks are fine).
-/// A top row holds the row's largest logits, so a row without a finite one has none either.
-fn check_logits(row: &LogitRow<'_>) -> Result<(), CoreError> {
+/// Rejects empty rows, NaN or +∞ logits, and rows with no finite logit (−∞ masks are fine);
+/// the largest of the row's values otherwise, found by the same pass. A top row holds the
+/// row's largest logits, so a row without a finite one has none either.
+fn check_logits(row: &LogitRow<'_>) -> Result<f32, CoreError> {
     let (ids, values): (Option<&[u32]>, &[f32]) = match row {
         LogitRow::Dense(r) => (None, r),
         LogitRow::Top { ids, values, vocab }
@@ -418,8 +426,8 @@ fn check_logits(row: &LogitRow<'_>) -> Result<(), CoreError> {
         });
     }
     // One vectorised screen; the offending logit is looked for only when there is one.
-    let (bad, any_finite) = super::vector::screen(values);
-    let offending = if bad {
+    let screened = super::vector::screen(values);
+    let offending = if screened.bad() {
         values
             .iter()
             .enumerate()
@@ -434,13 +442,13 @@ fn check_logits(row: &LogitRow<'_>) -> Result<(), CoreError> {
             message: format!("logit {id} is {l}: logits must be finite or -inf"),
         });
     }
-    if !any_finite {
+    if !screened.any_finite() {
         return Err(CoreError::InvalidArgument {
             op: OP,
             message: "every logit is -inf: nothing can be sampled".into(),
         });
     }
-    Ok(())
+    Ok(screened.max)
 }
 
 /// The candidates that survive top-k, ascending by id: the `k` best (largest, lower id first
@@ -699,7 +707,13 @@ mod tests {
             let dense = distribution(LogitRow::Dense(&logits), &[], &options).unwrap();
             assert_eq!(dense, general, "case {case}: {options:?}");
             // The largest logits, not the whole-row fallback, decided it.
-            let fast = from_largest(&logits, &[], &options).unwrap();
+            let fast = from_largest(
+                &logits,
+                super::super::vector::row_max(&logits),
+                &[],
+                &options,
+            )
+            .unwrap();
             settled += usize::from(fast.is_some());
             if let Some(fast) = fast {
                 assert_eq!(fast, general, "case {case}: {options:?}");

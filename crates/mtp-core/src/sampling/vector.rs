@@ -3,15 +3,18 @@
 //!
 //! # Rounding contract
 //!
-//! Every pass is plain `f32` / `f64` arithmetic written as fixed-width lanes
-//! ([`LANES`]) — no fused multiply-add, no reassociation — so the same row gives the same bits
-//! on every machine, whether the loop runs scalar or under the AVX2 code the runtime dispatch
-//! ([`pulp::Arch`]) picks. A token's softmax weight is [`exp_neg`]`((l − max) · (1/T))` in
+//! Every pass is `f32` / `f64` arithmetic written as fixed-width lanes ([`LANES`]), never
+//! reassociated, its multiply-adds fused only where the source says so ([`f32::mul_add`]: one
+//! rounding, the same bits in hardware or in software) — so the same row gives the same bits
+//! on every machine, whether the loop runs scalar or under the AVX2 / AVX-512 code the runtime
+//! dispatch ([`pulp::Arch`]) picks (x86-64 without FMA, older than AVX2, computes those fused
+//! products in software: the same bits, slowly). A token's softmax weight is [`exp_neg`]`((l − max) · (1/T))` in
 //! `f32` (about 2 ulp from `exp`; weights below `e^-87` relative to the largest are 0 and leave
 //! the support); each block of [`BLOCK`] weights is summed in `f64` over its lanes, and the
 //! blocks in id order give the row's total.
 
 use super::best_k;
+use super::spare_rows::{give_row, take_row};
 
 /// Tokens per block of a [`SoftmaxRow`]'s partial sums.
 pub(crate) const BLOCK: usize = 1024;
@@ -51,36 +54,61 @@ fn vectorised<P: Pass>(pass: P) -> P::Output {
     pulp::Arch::new().dispatch(Dispatched(pass))
 }
 
-/// Whether `row` holds a NaN or `+∞`, and whether it holds a finite value.
+/// What one pass over a row finds: its largest value (NaN ignored; `-∞` for an all-`-∞` or
+/// all-NaN row) and whether it holds a NaN.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Screened {
+    /// The largest value, NaN ignored: [`row_max`]'s bits.
+    pub(crate) max: f32,
+    /// Whether some value is NaN.
+    pub(crate) nan: bool,
+}
+
+impl Screened {
+    /// Whether the row holds a NaN or `+∞`.
+    pub(crate) fn bad(&self) -> bool {
+        self.nan || self.max == f32::INFINITY
+    }
+
+    /// Whether the row holds a finite value (when it is not [`bad`](Self::bad)).
+    pub(crate) fn any_finite(&self) -> bool {
+        self.max > f32::NEG_INFINITY && self.max < f32::INFINITY
+    }
+}
+
+/// [`Screened`] of a row: its lane maxima as [`RowMax`] keeps them, and a NaN flag per lane.
 struct Screen<'a>(&'a [f32]);
 
 impl Pass for Screen<'_> {
-    type Output = (bool, bool);
+    type Output = Screened;
 
     #[inline(always)]
-    fn run(self) -> (bool, bool) {
-        let mut bad = [false; LANES];
-        let mut finite = [false; LANES];
+    fn run(self) -> Screened {
+        let mut lanes = [f32::NEG_INFINITY; LANES];
+        let mut nan = [false; LANES];
         let chunks = self.0.chunks_exact(LANES);
         let tail = chunks.remainder();
         for chunk in chunks {
             for j in 0..LANES {
                 let v = chunk[j];
-                bad[j] |= v.is_nan() | (v == f32::INFINITY);
-                finite[j] |= v.abs() < f32::INFINITY;
+                lanes[j] = if v > lanes[j] { v } else { lanes[j] };
+                nan[j] |= v.is_nan();
             }
         }
         for (j, &v) in tail.iter().enumerate() {
-            bad[j] |= v.is_nan() | (v == f32::INFINITY);
-            finite[j] |= v.abs() < f32::INFINITY;
+            lanes[j] = if v > lanes[j] { v } else { lanes[j] };
+            nan[j] |= v.is_nan();
         }
-        (bad.iter().any(|&b| b), finite.iter().any(|&f| f))
+        Screened {
+            max: lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)),
+            nan: nan.iter().any(|&b| b),
+        }
     }
 }
 
-/// Whether `row` holds a NaN or `+∞`, and whether it holds a finite value, in one vectorised
-/// pass.
-pub(crate) fn screen(row: &[f32]) -> (bool, bool) {
+/// A row's maximum and whether it holds a NaN, in one vectorised pass (the maximum is
+/// [`row_max`]'s).
+pub(crate) fn screen(row: &[f32]) -> Screened {
     vectorised(Screen(row))
 }
 
@@ -235,7 +263,8 @@ impl Pass for ChunkMaxima<'_> {
     }
 }
 
-/// `e^x` for `x ≤ 0` (or `-∞`; never NaN, which the sampler rejects first) in `f32`: Cody–Waite reduction `x = n·ln 2 + r`, `|r| ≤ ln 2 / 2`,
+/// `e^x` for `x ≤ 0` (or `-∞`; never NaN, which the sampler rejects first) in `f32`:
+/// Cody–Waite reduction `x = n·ln 2 + r`, `|r| ≤ ln 2 / 2`, in fused multiply-adds,
 /// then Cephes' degree-6 polynomial for `e^r` (Moshier, *Methods and Programs for Mathematical
 /// Functions*, 1989), scaled by `2^n` built from its bits. 0 below [`EXP_FLOOR`]. Branch-free,
 /// so it vectorises.
@@ -248,16 +277,17 @@ pub(crate) fn exp_neg(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     let flushed = x < EXP_FLOOR;
     let x = if flushed { EXP_FLOOR } else { x };
-    let t = x * LOG2_E + ROUNDER;
+    let t = x.mul_add(LOG2_E, ROUNDER);
     let n = t - ROUNDER;
-    let r = x - n * LN2_HI - n * LN2_LO;
+    let r = (-n).mul_add(LN2_HI, x);
+    let r = (-n).mul_add(LN2_LO, r);
     let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_2e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let e = p * (r * r) + r + 1.0;
+    p = p.mul_add(r, 1.398_2e-3);
+    p = p.mul_add(r, 8.333_452e-3);
+    p = p.mul_add(r, 4.166_579_6e-2);
+    p = p.mul_add(r, 1.666_666_5e-1);
+    p = p.mul_add(r, 0.5);
+    let e = p.mul_add(r * r, r) + 1.0;
     // `t`'s bits are ROUNDER's plus n (n in [-126, 0] here).
     let exponent = (t.to_bits() as i32).wrapping_sub(ROUNDER.to_bits() as i32) + 127;
     let scale = f32::from_bits((exponent.max(0) as u32) << 23);
@@ -308,24 +338,38 @@ pub(crate) struct SoftmaxRow {
     pub(crate) positive: usize,
 }
 
+impl Drop for SoftmaxRow {
+    /// The weights' row goes back to this thread's spare rows.
+    fn drop(&mut self) {
+        give_row(std::mem::take(&mut self.weights));
+    }
+}
+
 impl SoftmaxRow {
     /// The weights `exp_neg((l − max) · inv_temperature)` of `row`, `max` its largest value.
     pub(crate) fn of_logits(row: &[f32], inv_temperature: f32) -> Self {
-        let mut weights = vec![0.0f32; row.len()];
+        Self::of_logits_below(row, row_max(row), inv_temperature)
+    }
+
+    /// [`of_logits`](Self::of_logits) of a row whose largest value (NaN ignored) is `max`,
+    /// already known from a [`screen`].
+    pub(crate) fn of_logits_below(row: &[f32], max: f32, inv_temperature: f32) -> Self {
+        let mut weights = take_row(row.len());
         let (blocks, positive) = vectorised(Weigh {
             row,
-            max: row_max(row),
+            max,
             inv_temperature,
             out: Some(&mut weights),
         });
         Self::assemble(weights, blocks, positive)
     }
 
-    /// The total [`of_logits`](Self::of_logits) would give, without storing the weights.
-    pub(crate) fn total_of_logits(row: &[f32], inv_temperature: f32) -> f64 {
+    /// The total [`of_logits_below`](Self::of_logits_below) would give, without storing the
+    /// weights.
+    pub(crate) fn total_of_logits_below(row: &[f32], max: f32, inv_temperature: f32) -> f64 {
         let (blocks, _) = vectorised(Weigh {
             row,
-            max: row_max(row),
+            max,
             inv_temperature,
             out: None,
         });
@@ -383,7 +427,12 @@ impl SoftmaxRow {
     /// The residual `max(p − q, 0)` of this row `p` against another `q` of the same length,
     /// as weights on this row's scale: `max(w_p − w_q · (total_p / total_q), 0)`.
     pub(crate) fn residual(&self, q: &SoftmaxRow) -> Self {
-        let mut weights = vec![0.0f32; self.weights.len()];
+        // A recycled row holds old values: every one is written only when q is as long.
+        let mut weights = if q.weights.len() == self.weights.len() {
+            take_row(self.weights.len())
+        } else {
+            vec![0.0f32; self.weights.len()]
+        };
         vectorised(Lowered {
             p: &self.weights,
             q: &q.weights,
@@ -501,6 +550,21 @@ mod tests {
         assert_eq!(exp_neg(f32::NEG_INFINITY), 0.0);
     }
 
+    #[test]
+    fn screen_tells_nan_infinity_and_all_masked_rows() {
+        let mut row = masked_row(3, 1000, 5, -9.0..9.0);
+        assert!(!screen(&row).bad() && screen(&row).any_finite());
+        for (at, bad) in [(0, f32::NAN), (999, f32::NAN), (517, f32::INFINITY)] {
+            let mut spoiled = row.clone();
+            spoiled[at] = bad;
+            assert!(screen(&spoiled).bad(), "{bad} at {at}");
+        }
+        row.iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
+        let masked = screen(&row);
+        assert!(!masked.bad() && !masked.any_finite());
+        assert!(screen(&[f32::NAN]).bad());
+    }
+
     /// `len` logits drawn uniformly from `range` (seeded), every `every`-th one −∞.
     fn masked_row(seed: u64, len: usize, every: usize, range: std::ops::Range<f32>) -> Vec<f32> {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -520,7 +584,12 @@ mod tests {
         let row = masked_row(7, 5000, 7, -20.0..5.0);
         let s = SoftmaxRow::of_logits(&row, 1.0 / 0.8);
         let direct: f64 = s.weights.iter().map(|&w| f64::from(w)).sum();
-        assert_eq!(s.total, SoftmaxRow::total_of_logits(&row, 1.0 / 0.8));
+        let max = row_max(&row);
+        assert_eq!(
+            s.total,
+            SoftmaxRow::total_of_logits_below(&row, max, 1.0 / 0.8)
+        );
+        assert_eq!(screen(&row), Screened { max, nan: false });
         assert!((s.total - direct).abs() < 1e-9 * direct);
         assert_eq!(s.blocks.len(), 5);
         assert_eq!(s.positive, s.weights.iter().filter(|&&w| w > 0.0).count());
@@ -587,6 +656,7 @@ mod tests {
         assert_eq!(total(None).run(), vectorised(total(None)));
         assert_eq!(BlockSums(&plain).run(), vectorised(BlockSums(&plain)));
         assert_eq!(ChunkMaxima(&row).run(), vectorised(ChunkMaxima(&row)));
+        assert_eq!(Screen(&row).run(), screen(&row));
     }
 
     #[test]
