@@ -26,7 +26,7 @@ mod verdict;
 
 pub use adaptive::{AdaptiveSchedule, ControllerSnapshot, DepthController, SharedController};
 pub use memory::{ScheduleKey, ScheduleMemory};
-pub use record::RoundRecord;
+pub use record::{RoundPhases, RoundRecord};
 pub use verdict::{chosen_depths, DraftingOff};
 
 /// Which draft schedule to use.

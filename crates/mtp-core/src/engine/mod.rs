@@ -59,6 +59,7 @@
 pub mod batch;
 mod greedy_verify;
 mod overlap;
+mod phases;
 mod plain;
 mod prefix;
 mod session;

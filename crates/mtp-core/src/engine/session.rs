@@ -3,6 +3,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::phases::PhaseTimes;
+
 use super::sink::{CancelToken, SinkFlow, TokenSink};
 use super::stats::{DoneReason, MtpStats, Response};
 use super::GenerateRequest;
@@ -57,6 +59,9 @@ pub(super) struct Session<'s, B: Backend> {
     prompt_eval: Duration,
     first_token_at: Option<Instant>,
     pub target_time: Duration,
+    /// Time in the parts of a round the session times itself (forwards, unembeddings, cache
+    /// commits).
+    pub phases: PhaseTimes,
     /// The request's constraint, advanced by every chosen token.
     pub constraint: Option<ActiveConstraint>,
     /// Tokens the constraint was advanced by (emitted or about to be).
@@ -118,6 +123,7 @@ impl<'s, B: Backend> Session<'s, B> {
             prompt_eval: Duration::ZERO,
             first_token_at: None,
             target_time: Duration::ZERO,
+            phases: PhaseTimes::default(),
             constraint,
             constraint_tokens: 0,
             ended_at_eos: false,
@@ -203,14 +209,19 @@ impl<'s, B: Backend> Session<'s, B> {
             .target
             .forward(self.backend, ids, self.position, self.caches)?;
         self.position += t;
-        self.target_time += t0.elapsed();
+        let spent = t0.elapsed();
+        self.target_time += spent;
+        self.phases.forward += spent;
         Ok(out)
     }
 
     /// Logits `[1, 1, v]` of row `row` of a forward's hidden states.
-    pub fn row_logits(&self, hidden: &B::Array, row: usize) -> Result<B::Array, B::Error> {
+    pub fn row_logits(&mut self, hidden: &B::Array, row: usize) -> Result<B::Array, B::Error> {
+        let t0 = Instant::now();
         let h = self.backend.slice(hidden, 1, row, 1)?;
-        self.target.unembed(self.backend, &h)
+        let logits = self.target.unembed(self.backend, &h);
+        self.phases.unembed += t0.elapsed();
+        logits
     }
 
     /// Choose the next token from logits `[1, 1, v]` with the request's sampling, committing it

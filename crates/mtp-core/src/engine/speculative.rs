@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::overlap::EvalOverlap;
+use super::phases::{PhaseClock, RoundParts};
 use super::session::Session;
 use super::stats::{MtpStats, ProposerCounts};
 use super::SpeculationSwitch;
@@ -254,6 +255,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             && !self.session.constraint_exhausted()?
         {
             let started = RoundTimer::start(self.switch);
+            let clock = PhaseClock::start(self.session.phases);
             let validation = self.validation();
             let remaining = self.session.remaining();
             // Early drafts serve only the round they were built for.
@@ -284,7 +286,9 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                 // Nothing drafted (depth 0, or no proposer had anything): a plain step, timed
                 // like a drafting round: up to the verdict, before emission; every proposer
                 // asked learns of it.
+                let verifying = Instant::now();
                 let next = self.session.plain_token()?;
+                let verify = verifying.elapsed();
                 self.history.push(next);
                 self.end_round(
                     &asked,
@@ -297,10 +301,18 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                         elapsed: started.elapsed(self.switch),
                     },
                 );
+                let emitting = Instant::now();
                 self.session.emit(next);
+                let parts = RoundParts {
+                    verify,
+                    emit: emitting.elapsed(),
+                    ..RoundParts::default()
+                };
+                self.time_last_round(&clock, parts);
                 continue;
             };
             self.stats.draft_duration += proposal.drafting;
+            let draft = proposal.drafting;
             let t0 = Instant::now();
             let target_before = self.session.target_time;
             let (verdict, drafts) = match validation {
@@ -351,10 +363,30 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             } else {
                 Ok(None)
             };
+            let emitting = Instant::now();
             self.finish_round(&verdict, &drafts);
+            let parts = RoundParts {
+                draft,
+                drafted_before,
+                verify: spent,
+                emit: emitting.elapsed(),
+                drafted_ahead: match &drafted {
+                    Ok(Some(next)) => next.drafting,
+                    _ => Duration::ZERO,
+                },
+            };
+            self.time_last_round(&clock, parts);
             early = drafted?;
         }
         Ok(())
+    }
+
+    /// Records where the round just logged spent its time ([`crate::schedule::RoundPhases`]).
+    fn time_last_round(&mut self, clock: &PhaseClock, parts: RoundParts) {
+        let phases = clock.phases(self.session.phases, parts);
+        if let Some(last) = self.stats.round_log.last_mut() {
+            last.phases = phases;
+        }
     }
 
     /// Count a finished round, log it and report it to the schedules of `arms` (the drafter,
@@ -380,6 +412,8 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
             accepted: report.accepted,
             secs: report.elapsed.as_secs_f64(),
             capped: report.drafted < chosen,
+            // Filled in once the round's tokens are emitted (`time_last_round`).
+            phases: Default::default(),
         });
     }
 

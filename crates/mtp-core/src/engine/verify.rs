@@ -73,8 +73,11 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
         let input = backend.concat(&[&current, &proposal.tokens], 1)?;
         let t0 = Instant::now();
         let out = s.target.forward(backend, &input, before, s.caches)?;
+        let t1 = Instant::now();
         let logits = s.target.unembed(backend, &out.hidden)?;
         s.target_time += t0.elapsed();
+        s.phases.forward += t1 - t0;
+        s.phases.unembed += t1.elapsed();
         // Row i sees the constraint after drafts[..i]. Greedy rounds read the unmasked argmax
         // first and mask only when a row's choice is not allowed (see `greedy_choices`); the
         // rest mask every row here.
@@ -170,9 +173,11 @@ impl<B: Backend> SpeculativeRun<'_, '_, B> {
             self.commit_greedy(&drafts, &verdict);
         }
         let s = &mut *self.session;
+        let t0 = Instant::now();
         s.caches.commit_speculation(backend, keep)?;
         s.position = before + keep;
         s.hidden = Some(backend.slice(&out.draft_hidden, 1, keep - 1, 1)?);
+        s.phases.commit += t0.elapsed();
         Ok((verdict, drafts))
     }
 

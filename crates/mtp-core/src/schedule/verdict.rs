@@ -126,6 +126,7 @@ mod tests {
             accepted,
             secs,
             capped: drafted < chosen,
+            phases: Default::default(),
         }
     }
 

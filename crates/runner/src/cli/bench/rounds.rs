@@ -126,6 +126,7 @@ mod tests {
             accepted: 0,
             secs,
             capped: drafted < chosen,
+            phases: Default::default(),
         }
     }
 
