@@ -170,7 +170,7 @@ pub fn quant_linear_rows<B: Backend>(backend: &B) -> Result<(), SuiteError> {
     let mut rng = ChaCha8Rng::seed_from_u64(0x9a17);
     for ty in QUANT_TYPES {
         for dtype in FLOATS {
-            for (cols, out) in [(256, 48), (512, 160)] {
+            for (cols, out) in [(256, 48), (512, 160), (2560, 256), (10240, 64)] {
                 let t = Arc::new(quant_weight(&mut rng, ty, out, cols));
                 let w = backend_err(
                     backend,

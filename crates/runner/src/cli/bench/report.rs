@@ -218,6 +218,13 @@ struct Costs {
 }
 
 impl Costs {
+    /// The cost model's round at drafted depth `k`: k·t_d + t_v(k+1) (t_d = 0 without a
+    /// drafter: prompt lookup drafts on the host, its cost not on the curve).
+    fn round_model(&self, k: usize) -> Option<f64> {
+        let t_v = (*self.t_v.get(k)?)?;
+        Some(k as f64 * self.t_d.unwrap_or(0.0) + t_v)
+    }
+
     /// The ideal speedup of a variant from its depth histogram and emitted tokens.
     fn ideal(&self, record: &VariantRecord) -> Option<f64> {
         if record.variant.is_plain() {
@@ -384,7 +391,16 @@ fn variant_report(
             .map(|rates| Spread::of(rates.iter().copied()).map(|s| s.median))
             .collect(),
         outputs: r.tokens.clone(),
-        round_secs_by_depth: r.rounds.by_depth(),
+        round_secs_by_depth: r
+            .rounds
+            .by_depth()
+            .into_iter()
+            .map(|mut d| {
+                d.model_secs = costs.round_model(d.depth);
+                d.wall_over_model = d.model_secs.and_then(|m| ratio(d.mean_phases.wall, m));
+                d
+            })
+            .collect(),
         capped_rounds: r.rounds.capped,
         round_log: r.rounds.keep_requests.then(|| r.rounds.requests.clone()),
     }

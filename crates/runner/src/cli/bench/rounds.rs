@@ -1,9 +1,9 @@
 //! Per-round records: every round of the adaptive and heuristic schedules as the engine ran it
 //! (depth chosen and drafted, accepted, round time, budget-capped), and, for every MTP variant,
-//! the round time by drafted depth.
+//! the round time by drafted depth with where it went ([`RoundPhases`]).
 
 use mtp_core::engine::Response;
-use mtp_core::schedule::RoundRecord;
+use mtp_core::schedule::{RoundPhases, RoundRecord};
 use serde::Serialize;
 
 use super::spread::Spread;
@@ -26,8 +26,33 @@ pub struct DepthRounds {
     pub depth: usize,
     /// Rounds that drafted it as chosen.
     pub rounds: usize,
-    /// Their round seconds.
+    /// Their round seconds (up to the verdict, what the schedule learns).
     pub secs: Option<Spread>,
+    /// Their mean seconds per round in each part, emission included (`wall`).
+    pub mean_phases: RoundPhases,
+    /// The cost model's round at this depth from the run's cost curve, k·t_d + t_v(k+1)
+    /// (t_d = 0 for a proposer without a drafter), in seconds.
+    pub model_secs: Option<f64>,
+    /// `mean_phases.wall ÷ model_secs`: what the round costs beyond its draft steps and its
+    /// verify forward.
+    pub wall_over_model: Option<f64>,
+}
+
+/// The mean of each part over `rounds` (zeros for none).
+fn mean_phases(rounds: &[RoundRecord]) -> RoundPhases {
+    let n = rounds.len().max(1) as f64;
+    let mean =
+        |part: fn(&RoundPhases) -> f64| rounds.iter().map(|r| part(&r.phases)).sum::<f64>() / n;
+    RoundPhases {
+        draft: mean(|p| p.draft),
+        forward: mean(|p| p.forward),
+        unembed: mean(|p| p.unembed),
+        host: mean(|p| p.host),
+        commit: mean(|p| p.commit),
+        emit: mean(|p| p.emit),
+        other: mean(|p| p.other),
+        wall: mean(|p| p.wall),
+    }
 }
 
 /// Every round of one variant over the measured passes.
@@ -37,8 +62,8 @@ pub struct RoundLog {
     pub keep_requests: bool,
     /// The kept requests.
     pub requests: Vec<RequestRounds>,
-    /// Round seconds of uncapped rounds by drafted depth.
-    by_depth: Vec<Vec<f64>>,
+    /// Uncapped rounds by drafted depth.
+    by_depth: Vec<Vec<RoundRecord>>,
     /// Rounds the engine capped below the chosen depth.
     pub capped: usize,
 }
@@ -65,7 +90,7 @@ impl RoundLog {
             if self.by_depth.len() <= r.drafted {
                 self.by_depth.resize(r.drafted + 1, Vec::new());
             }
-            self.by_depth[r.drafted].push(r.secs);
+            self.by_depth[r.drafted].push(*r);
         }
         if self.keep_requests {
             self.requests.push(RequestRounds {
@@ -76,16 +101,20 @@ impl RoundLog {
         }
     }
 
-    /// Round time by drafted depth (depths never drafted left out).
+    /// Round time by drafted depth (depths never drafted left out); the cost model's round
+    /// is left for the report to fill.
     pub fn by_depth(&self) -> Vec<DepthRounds> {
         self.by_depth
             .iter()
             .enumerate()
-            .filter(|(_, secs)| !secs.is_empty())
-            .map(|(depth, secs)| DepthRounds {
+            .filter(|(_, rounds)| !rounds.is_empty())
+            .map(|(depth, rounds)| DepthRounds {
                 depth,
-                rounds: secs.len(),
-                secs: Spread::of(secs.iter().copied()),
+                rounds: rounds.len(),
+                secs: Spread::of(rounds.iter().map(|r| r.secs)),
+                mean_phases: mean_phases(rounds),
+                model_secs: None,
+                wall_over_model: None,
             })
             .collect()
     }
@@ -126,7 +155,12 @@ mod tests {
             accepted: 0,
             secs,
             capped: drafted < chosen,
-            phases: Default::default(),
+            phases: RoundPhases {
+                draft: secs / 4.0,
+                forward: secs / 2.0,
+                wall: secs,
+                ..RoundPhases::default()
+            },
         }
     }
 
@@ -148,6 +182,11 @@ mod tests {
         assert_eq!(by.iter().map(|d| d.depth).collect::<Vec<_>>(), vec![0, 2]);
         assert_eq!(by[1].rounds, 3);
         assert_eq!(by[1].secs.map(|s| s.median), Some(0.03));
+        // The mean of 0.02, 0.04 and 0.03 in each part.
+        assert!((by[1].mean_phases.wall - 0.03).abs() < 1e-12);
+        assert!((by[1].mean_phases.forward - 0.015).abs() < 1e-12);
+        assert!((by[1].mean_phases.draft - 0.0075).abs() < 1e-12);
+        assert_eq!(by[1].model_secs, None);
         assert_eq!(log.requests.len(), 2);
         assert_eq!((log.requests[0].pass, log.requests[0].prompt), (0, 3));
         let mut summary_only = RoundLog::new(false);

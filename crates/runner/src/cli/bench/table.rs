@@ -101,6 +101,7 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(s, "  {:<14} {}", v.name, cells.join(" "));
     }
     round_lines(&mut s, r);
+    phase_lines(&mut s, r);
     controller_lines(&mut s, r);
     let twins: Vec<&VariantReport> = r
         .variants
@@ -171,6 +172,45 @@ fn round_lines(s: &mut String, r: &Report) {
             cells.join(" "),
             v.capped_rounds
         );
+    }
+}
+
+/// Every MTP variant's rounds by drafted depth: the mean time of each part and the round
+/// against the cost model's k·t_d + t_v(k+1).
+fn phase_lines(s: &mut String, r: &Report) {
+    let mtp: Vec<&VariantReport> = r
+        .variants
+        .iter()
+        .filter(|v| v.depth.is_some() || v.schedule.is_some())
+        .collect();
+    if mtp.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "
+where a round goes, mean ms by drafted depth (draft forward unembed host commit emit \
+         other = wall | model k*t_d+t_v(k+1) | wall/model):"
+    );
+    for v in mtp {
+        for d in &v.round_secs_by_depth {
+            let p = &d.mean_phases;
+            let parts = [
+                p.draft, p.forward, p.unembed, p.host, p.commit, p.emit, p.other,
+            ]
+            .map(|x| format!("{:.3}", x * 1e3))
+            .join(" ");
+            let _ = writeln!(
+                s,
+                "  {:<14} k={:<2} {:>5} rounds: {parts} = {:.3} | {} | {}",
+                v.name,
+                d.depth,
+                d.rounds,
+                p.wall * 1e3,
+                opt(d.model_secs.map(|m| m * 1e3), 3),
+                opt(d.wall_over_model, 3),
+            );
+        }
     }
 }
 
