@@ -64,6 +64,14 @@ def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], check=True, **kw)
 
 
+def replace_section(doc: Path, section: str, text: str) -> None:
+    """Replace what stands between `<!-- SECTION:begin -->` and `<!-- SECTION:end -->` in `doc`."""
+    begin, end = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
+    body = doc.read_text()
+    start, stop = body.index(begin) + len(begin), body.index(end)
+    doc.write_text(body[:start] + "\n" + text + "\n" + body[stop:])
+
+
 def git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
 

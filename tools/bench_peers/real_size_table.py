@@ -5,7 +5,7 @@ plain decode on the same GGUF files) and `llama-bench-<q>.json` (llama.cpp's pre
 the same threads).
 
 Usage: real_size_table.py DIR [--update BENCHMARKS.md] [--section real-size-load]
-       (replaces <!-- SECTION:begin --> ... <!-- SECTION:end -->; E4B's is real-size-e4b-load)
+       (replaces <!-- SECTION:begin --> ... <!-- SECTION:end -->)
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import json
 import statistics
 import sys
 from pathlib import Path
+
+from race import replace_section
 
 GGUF = {"q8_0": "gguf Q8_0", "q4_k_m": "gguf Q4_K_M"}
 
@@ -55,10 +57,7 @@ def main() -> int:
                      f"{fmt(plain)} | {fmt(tg)} |")
     text = "\n".join(lines)
     if args.update:
-        begin, end = f"<!-- {args.section}:begin -->", f"<!-- {args.section}:end -->"
-        doc = args.update.read_text()
-        start, end = doc.index(begin) + len(begin), doc.index(end)
-        args.update.write_text(doc[:start] + "\n" + text + "\n" + doc[end:])
+        replace_section(args.update, args.section, text)
     else:
         print(text)
     return 0

@@ -16,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 
-BEGIN, END = "<!-- round-phases:begin -->", "<!-- round-phases:end -->"
+from race import replace_section
+
 PARTS = ["draft", "forward", "unembed", "host", "commit", "emit", "other"]
 
 
@@ -59,9 +60,7 @@ def main() -> int:
         lines += rows(label, load(Path(file)))
     text = "\n".join(lines)
     if args.update:
-        doc = args.update.read_text()
-        start, end = doc.index(BEGIN) + len(BEGIN), doc.index(END)
-        args.update.write_text(doc[:start] + "\n" + text + "\n" + doc[end:])
+        replace_section(args.update, "round-phases", text)
     else:
         print(text)
     return 0
