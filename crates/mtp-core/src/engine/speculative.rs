@@ -308,7 +308,7 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                     emit: emitting.elapsed(),
                     ..RoundParts::default()
                 };
-                self.time_last_round(&clock, parts);
+                self.time_last_round(&clock, &started, parts);
                 continue;
             };
             self.stats.draft_duration += proposal.drafting;
@@ -375,15 +375,16 @@ impl<'r, 's, B: Backend> SpeculativeRun<'r, 's, B> {
                     _ => Duration::ZERO,
                 },
             };
-            self.time_last_round(&clock, parts);
+            self.time_last_round(&clock, &started, parts);
             early = drafted?;
         }
         Ok(())
     }
 
     /// Records where the round just logged spent its time ([`crate::schedule::RoundPhases`]).
-    fn time_last_round(&mut self, clock: &PhaseClock, parts: RoundParts) {
-        let phases = clock.phases(self.session.phases, parts);
+    fn time_last_round(&mut self, clock: &PhaseClock, started: &RoundTimer, parts: RoundParts) {
+        let elapsed = started.elapsed(self.switch);
+        let phases = clock.phases(self.session.phases, elapsed, parts);
         if let Some(last) = self.stats.round_log.last_mut() {
             last.phases = phases;
         }

@@ -58,7 +58,7 @@ fn vectorised<P: Pass>(pass: P) -> P::Output {
 /// all-NaN row) and whether it holds a NaN.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Screened {
-    /// The largest value, NaN ignored: [`row_max`]'s bits.
+    /// The largest value, NaN ignored.
     pub(crate) max: f32,
     /// Whether some value is NaN.
     pub(crate) nan: bool,
@@ -76,7 +76,7 @@ impl Screened {
     }
 }
 
-/// [`Screened`] of a row: its lane maxima as [`RowMax`] keeps them, and a NaN flag per lane.
+/// [`Screened`] of a row: a maximum and a NaN flag per lane, the lanes' maxima folded in order.
 struct Screen<'a>(&'a [f32]);
 
 impl Pass for Screen<'_> {
@@ -106,33 +106,9 @@ impl Pass for Screen<'_> {
     }
 }
 
-/// A row's maximum and whether it holds a NaN, in one vectorised pass (the maximum is
-/// [`row_max`]'s).
+/// A row's maximum and whether it holds a NaN, in one vectorised pass.
 pub(crate) fn screen(row: &[f32]) -> Screened {
     vectorised(Screen(row))
-}
-
-/// `row`'s maximum, NaN ignored.
-struct RowMax<'a>(&'a [f32]);
-
-impl Pass for RowMax<'_> {
-    type Output = f32;
-
-    #[inline(always)]
-    fn run(self) -> f32 {
-        let mut lanes = [f32::NEG_INFINITY; LANES];
-        let chunks = self.0.chunks_exact(LANES);
-        let tail = chunks.remainder();
-        for chunk in chunks {
-            for (m, &v) in lanes.iter_mut().zip(chunk) {
-                *m = if v > *m { v } else { *m };
-            }
-        }
-        for (m, &v) in lanes.iter_mut().zip(tail) {
-            *m = if v > *m { v } else { *m };
-        }
-        lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
-    }
 }
 
 /// The weights `exp_neg((l − max) · inv_temperature)` of `row`, block by block: each block's
@@ -300,7 +276,7 @@ pub(crate) fn exp_neg(x: f32) -> f32 {
 
 /// The largest value of `row`, NaN ignored (`-∞` for an empty or all-NaN row).
 pub(crate) fn row_max(row: &[f32]) -> f32 {
-    vectorised(RowMax(row))
+    screen(row).max
 }
 
 /// The `f64` sum of non-negative `weights` over [`LANES`] lanes (lane `j` takes every
@@ -624,7 +600,7 @@ mod tests {
     #[test]
     fn vectorised_passes_match_the_plain_loops_bit_for_bit() {
         let row = masked_row(13, 70_001, 11, -60.0..12.0);
-        let max = RowMax(&row).run();
+        let max = Screen(&row).run().max;
         assert_eq!(max.to_bits(), row_max(&row).to_bits());
         let inv_temperature = 1.0 / 0.7;
         let mut plain = vec![0.0f32; row.len()];

@@ -188,8 +188,7 @@ fn phase_lines(s: &mut String, r: &Report) {
     }
     let _ = writeln!(
         s,
-        "
-where a round goes, mean ms by drafted depth (draft forward unembed host commit emit \
+        "\nwhere a round goes, mean ms by drafted depth (draft forward unembed host commit emit \
          other = wall | model k*t_d+t_v(k+1) | wall/model):"
     );
     for v in mtp {
