@@ -237,9 +237,61 @@ const ATTENTION_CASES: [AttentionCase; 4] = [
     },
 ];
 
+/// How a call's keys and values are laid out: as an array of their own, or as a cache's view
+/// (a `[1, kv_heads, capacity, dim]` buffer sliced to the filled positions: with several
+/// key/value heads the heads lie apart in memory).
+#[derive(Clone, Copy, Debug)]
+enum KeyLayout {
+    Packed,
+    CacheView,
+}
+
+/// Positions a cache view's buffer holds past the filled ones.
+const SPARE_CAPACITY: usize = 11;
+
+/// The first `len` positions of each head of `x` (`[kv_heads, keys, dim]`, row-major) as a
+/// `[1, kv_heads, len, dim]` array laid out as `layout` says.
+fn key_array<B: Backend>(
+    backend: &B,
+    x: &[f32],
+    (kv_heads, keys, dim): (usize, usize, usize),
+    len: usize,
+    layout: KeyLayout,
+    dtype: DType,
+) -> Result<B::Array, B::Error> {
+    let capacity = match layout {
+        KeyLayout::Packed => len,
+        KeyLayout::CacheView => len + SPARE_CAPACITY,
+    };
+    // Positions past `len` hold values no query may see.
+    let buffer: Vec<f32> = (0..kv_heads)
+        .flat_map(|h| {
+            let head = &x[h * keys * dim..][..len * dim];
+            head.iter()
+                .copied()
+                .chain(std::iter::repeat_n(7.0, (capacity - len) * dim))
+        })
+        .collect();
+    let array = backend.from_f32(&buffer, &[1, kv_heads, capacity, dim], dtype)?;
+    match layout {
+        KeyLayout::Packed => Ok(array),
+        KeyLayout::CacheView => backend.slice(&array, 2, 0, len),
+    }
+}
+
+/// The key layouts of the block and of each row alone that are compared: what the engine
+/// meets (a verify block on a cache's view against a decode row on a view of another length,
+/// packed when its buffer is full) and the packed arrays of both.
+const KEY_LAYOUTS: [(KeyLayout, KeyLayout); 3] = [
+    (KeyLayout::Packed, KeyLayout::Packed),
+    (KeyLayout::CacheView, KeyLayout::Packed),
+    (KeyLayout::Packed, KeyLayout::CacheView),
+];
+
 /// A query row at position `p` of a block (its keys and values appended to the cache, the
 /// causal mask hiding the later ones) equals that query alone against the cache as it stood
-/// at `p` — every float dtype, causal and windowed, grouped heads, blocks of every size.
+/// at `p` — every float dtype, causal and windowed, grouped heads, blocks of every size, keys
+/// packed or read through a cache's view.
 pub fn attention_rows<B: Backend>(backend: &B) -> Result<(), SuiteError> {
     let mut rng = ChaCha8Rng::seed_from_u64(0xa77e);
     for dtype in FLOATS {
@@ -251,8 +303,12 @@ pub fn attention_rows<B: Backend>(backend: &B) -> Result<(), SuiteError> {
                 before,
                 window,
             } = &case;
-            for rows in BLOCK_ROWS {
+            for (rows, (block_layout, alone_layout)) in BLOCK_ROWS
+                .into_iter()
+                .flat_map(|rows| KEY_LAYOUTS.map(|layouts| (rows, layouts)))
+            {
                 let keys = before + rows;
+                let geometry = (kv_heads, keys, dim);
                 let q = uniform(&mut rng, heads * rows * dim);
                 let k = uniform(&mut rng, kv_heads * keys * dim);
                 let v = uniform(&mut rng, kv_heads * keys * dim);
@@ -260,14 +316,15 @@ pub fn attention_rows<B: Backend>(backend: &B) -> Result<(), SuiteError> {
                 let what = || {
                     format!(
                         "attention {dtype} {heads}/{kv_heads} heads x {dim}, {rows} rows after \
-                         {before} cached, window {window:?}"
+                         {before} cached, window {window:?}, keys {block_layout:?} in the \
+                         block and {alone_layout:?} alone"
                     )
                 };
                 let run = || -> Result<(Vec<f32>, Vec<f32>), B::Error> {
                     let mask = AttentionMask::causal(before, 0).with_window(window);
                     let qa = backend.from_f32(&q, &[1, heads, rows, dim], dtype)?;
-                    let ka = backend.from_f32(&k, &[1, kv_heads, keys, dim], dtype)?;
-                    let va = backend.from_f32(&v, &[1, kv_heads, keys, dim], dtype)?;
+                    let ka = key_array(backend, &k, geometry, keys, block_layout, dtype)?;
+                    let va = key_array(backend, &v, geometry, keys, block_layout, dtype)?;
                     let block =
                         backend.to_vec_f32(&backend.attention(&qa, &ka, &va, &mask, scale)?)?;
                     // `[heads, rows, dim]` → each row alone, in the block's layout.
@@ -277,15 +334,10 @@ pub fn attention_rows<B: Backend>(backend: &B) -> Result<(), SuiteError> {
                         let qr: Vec<f32> = (0..heads)
                             .flat_map(|h| q[(h * rows + r) * dim..][..dim].iter().copied())
                             .collect();
-                        let cut = |x: &[f32]| -> Vec<f32> {
-                            (0..kv_heads)
-                                .flat_map(|h| x[h * keys * dim..][..seen * dim].iter().copied())
-                                .collect()
-                        };
                         let mask = AttentionMask::causal(before + r, 0).with_window(window);
                         let qa = backend.from_f32(&qr, &[1, heads, 1, dim], dtype)?;
-                        let ka = backend.from_f32(&cut(&k), &[1, kv_heads, seen, dim], dtype)?;
-                        let va = backend.from_f32(&cut(&v), &[1, kv_heads, seen, dim], dtype)?;
+                        let ka = key_array(backend, &k, geometry, seen, alone_layout, dtype)?;
+                        let va = key_array(backend, &v, geometry, seen, alone_layout, dtype)?;
                         let one =
                             backend.to_vec_f32(&backend.attention(&qa, &ka, &va, &mask, scale)?)?;
                         for h in 0..heads {

@@ -20,7 +20,7 @@
 
 use std::ops::Range;
 
-use candle_core::{DType, Tensor};
+use candle_core::{CpuStorage, DType, Storage, Tensor};
 use mtp_core::{AttentionBias, AttentionMask};
 
 use crate::qmatmul::pool::SpinPool;
@@ -54,16 +54,20 @@ pub(crate) fn attention(
     }
     // Half precision is widened to `f32` exactly, computed as `f32` is, and the result rounded
     // once to the dtype. The widening copies the caches on every call (one pass over what the
-    // call reads anyway); the `f32` kernels read them in place.
+    // call reads anyway); the `f32` kernels read them in place — a cache's view too, whose heads
+    // lie apart in its buffer (a `[b, hkv, capacity, d]` buffer narrowed to its filled keys).
+    // A layout whose rows are not packed within each head is copied into one that is, so every
+    // call reaches the same kernel: falling back to the default's matmuls for some cache
+    // layouts would give a row different bits depending on the cache's capacity.
     let widened;
     let (q, k, v) = if dtype == DType::F32 {
-        (q.contiguous()?, k, v)
+        (q.contiguous()?, rows_packed(k)?, rows_packed(v)?)
     } else {
         widened = (k.to_dtype(DType::F32)?, v.to_dtype(DType::F32)?);
         (
             q.to_dtype(DType::F32)?.contiguous()?,
-            &widened.0,
-            &widened.1,
+            rows_packed(&widened.0)?,
+            rows_packed(&widened.1)?,
         )
     };
     let shape = Shape {
@@ -78,12 +82,14 @@ pub(crate) fn attention(
     // The caches are read in place, under their storage read guards (no candle call runs while
     // they are held).
     let out = contiguous_f32(&q, |q| {
-        contiguous_f32(k, |k| {
-            contiguous_f32(v, |v| {
+        head_rows_f32(&k, |k, k_heads| {
+            head_rows_f32(&v, |v, v_heads| {
                 run(&Inputs {
                     q,
                     k,
                     v,
+                    k_heads,
+                    v_heads,
                     shape,
                     mask: bias.mask(),
                     scale,
@@ -115,15 +121,74 @@ struct Shape {
     dv: usize,
 }
 
-/// One call's operands: `q` `[batch, hq, tq, d]`, `k` `[batch, hkv, tk, d]`, `v`
-/// `[batch, hkv, tk, dv]`, row-major.
+/// One call's operands: `q` `[batch, hq, tq, d]` row-major; `k` `[batch, hkv, tk, d]` and `v`
+/// `[batch, hkv, tk, dv]` with each head's rows packed, the heads where `k_heads` and `v_heads`
+/// place them.
 struct Inputs<'a> {
     q: &'a [f32],
     k: &'a [f32],
     v: &'a [f32],
+    k_heads: HeadStrides,
+    v_heads: HeadStrides,
     shape: Shape,
     mask: &'a AttentionMask,
     scale: f32,
+}
+
+/// Where each (sequence, head)'s packed `[t, d]` rows start in the values a
+/// [`head_rows_f32`] callback gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct HeadStrides {
+    /// Heads per sequence.
+    heads: usize,
+    /// Elements from one sequence to the next.
+    batch: usize,
+    /// Elements from one head to the next.
+    head: usize,
+}
+
+impl HeadStrides {
+    /// The first element of head `index` (counted over every sequence's heads).
+    fn offset(self, index: usize) -> usize {
+        index / self.heads * self.batch + index % self.heads * self.head
+    }
+}
+
+/// `f(values, heads)` over a `[b, h, t, d]` `f32` CPU tensor whose rows are packed within each
+/// head (last axis unit-strided, rows `d` apart), read in place: `values` starts at the
+/// tensor's first element and `heads` says where each head's rows begin. `None` for any other
+/// tensor.
+fn head_rows_f32<T>(x: &Tensor, f: impl FnOnce(&[f32], HeadStrides) -> T) -> Option<T> {
+    let (storage, layout) = x.storage_and_layout();
+    let Storage::Cpu(CpuStorage::F32(values)) = &*storage else {
+        return None;
+    };
+    let (&[b, h, t, d], &[sb, sh, st, sd]) = (layout.dims(), layout.stride()) else {
+        return None;
+    };
+    let packed = (d <= 1 || sd == 1) && (t <= 1 || st == d);
+    if !packed || b == 0 || h == 0 {
+        return None;
+    }
+    let extent = (b - 1) * sb + (h - 1) * sh + t * d;
+    let values = values.get(layout.start_offset()..)?.get(..extent)?;
+    Some(f(
+        values,
+        HeadStrides {
+            heads: h,
+            batch: sb,
+            head: sh,
+        },
+    ))
+}
+
+/// `x` itself when [`head_rows_f32`] can read it in place, else a contiguous copy (which it
+/// always can).
+fn rows_packed(x: &Tensor) -> Result<Tensor> {
+    match head_rows_f32(x, |_, _| ()) {
+        Some(()) => Ok(x.clone()),
+        None => Ok(x.contiguous()?),
+    }
 }
 
 /// Every (sequence, key/value head)'s queries — the query heads of its group, every row — on
@@ -212,8 +277,8 @@ fn queries_of_group<D: Dot>(x: &Inputs<'_>, queries: Range<usize>, out: &mut [f3
     };
     let (bi, h) = (first / (s.hq * s.tq), first / s.tq % s.hq);
     let kv = bi * (s.hq / s.groups) + h / s.groups;
-    let keys = &x.k[kv * s.tk * s.d..][..s.tk * s.d];
-    let values = &x.v[kv * s.tk * s.dv..][..s.tk * s.dv];
+    let keys = &x.k[x.k_heads.offset(kv)..][..s.tk * s.d];
+    let values = &x.v[x.v_heads.offset(kv)..][..s.tk * s.dv];
     let key = |j: usize| &keys[j * s.d..][..s.d];
     let query = |row: usize| &x.q[row * s.d..][..s.d];
     // Each query's visible keys `lo..hi` (empty: the row stays zero).
@@ -615,6 +680,61 @@ mod tests {
         Ok(())
     }
 
+    /// What a verify block meets in the engine: keys and values that are a cache's view (its
+    /// `[1, hkv, capacity, d]` buffer narrowed to the filled keys: with several key/value heads
+    /// the heads lie apart), while a decode row alone meets a view of another length — narrowed
+    /// or, at a full buffer, contiguous. Each row gets the same bits either way.
+    #[test]
+    fn cache_views_of_any_capacity_give_a_row_the_same_bits() -> crate::Result<()> {
+        let b = CandleBackend::from_spec("cpu")?;
+        let mut seed = 101;
+        for (hq, hkv, d) in [(8, 2, 64), (4, 2, 40), (6, 3, 16), (4, 1, 32)] {
+            for dtype in [DType::F32, DType::BF16] {
+                let (start, tq, capacity) = (15, 5, 32);
+                seed += 5;
+                let cast = |x: candle_core::Tensor| b.cast(&x, dtype);
+                let q = cast(random(&b, &[1, hq, tq, d], seed)?)?;
+                let k_buf = cast(random(&b, &[1, hkv, capacity, d], seed + 1)?)?;
+                let v_buf = cast(random(&b, &[1, hkv, capacity, d], seed + 2)?)?;
+                let tk = start + tq;
+                let (k, v) = (b.slice(&k_buf, 2, 0, tk)?, b.slice(&v_buf, 2, 0, tk)?);
+                let mask = AttentionMask::causal(start, 0).with_window(Some(12));
+                let bias = AttentionBias::new(&b, mask, tq, tk, dtype)?;
+                let block = b.attention_with_bias(&q, &k, &v, &bias, 1.0)?;
+                let bits = |x: &candle_core::Tensor| -> crate::Result<Vec<u32>> {
+                    let x = b.cast(x, DType::F32)?;
+                    Ok(b.to_vec_f32(&x)?.iter().map(|v| v.to_bits()).collect())
+                };
+                for i in 0..tq {
+                    let seen = start + i + 1;
+                    let qi = b.slice(&q, 2, i, 1)?;
+                    let bias1 = AttentionBias::new(
+                        &b,
+                        AttentionMask {
+                            query_start: start + i,
+                            ..mask
+                        },
+                        1,
+                        seen,
+                        dtype,
+                    )?;
+                    let want = bits(&b.slice(&block, 2, i, 1)?)?;
+                    let narrowed = (b.slice(&k_buf, 2, 0, seen)?, b.slice(&v_buf, 2, 0, seen)?);
+                    let packed = (narrowed.0.contiguous()?, narrowed.1.contiguous()?);
+                    for (label, (k1, v1)) in [("narrowed", &narrowed), ("contiguous", &packed)] {
+                        let one = b.attention_with_bias(&qi, k1, v1, &bias1, 1.0)?;
+                        assert_eq!(
+                            bits(&one)?,
+                            want,
+                            "hq {hq} hkv {hkv} {dtype:?} row {i} {label}"
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     #[test]
     fn task_ranges_are_cut_at_group_ends() {
         let pieces: Vec<_> = super::split_at_groups(7..25, 10).collect();
@@ -639,9 +759,23 @@ mod tests {
         let bias1 = AttentionBias::new(&b, mask, 1, 80, DType::F32)?;
         let int_keys = b.cast(&k, DType::I32)?;
         assert!(super::attention(&q, &int_keys, &int_keys, &bias1, 1.0, ROWS)?.is_none());
-        // A strided key view (heads not contiguous after a transpose) is left to the default.
+        Ok(())
+    }
+
+    /// A key view whose rows are not packed within a head (a transpose) is copied into one that
+    /// is, not left to the default: its result has the bits of the contiguous keys'.
+    #[test]
+    fn unpacked_key_layouts_are_copied_not_left_to_the_default() -> crate::Result<()> {
+        let b = CandleBackend::from_spec("cpu")?;
+        let mask = AttentionMask::causal(70, 0);
+        let q = random(&b, &[1, 2, 1, 8], 5)?;
+        let bias1 = AttentionBias::new(&b, mask, 1, 80, DType::F32)?;
         let kt = b.transpose(&random(&b, &[1, 80, 2, 8], 6)?, 1, 2)?;
-        assert!(super::attention(&q, &kt, &kt, &bias1, 1.0, ROWS)?.is_none());
+        assert!(!kt.is_contiguous() && super::head_rows_f32(&kt, |_, _| ()).is_none());
+        let strided = super::attention(&q, &kt, &kt, &bias1, 1.0, ROWS)?.expect("fast path");
+        let packed = kt.contiguous()?;
+        let copied = super::attention(&q, &packed, &packed, &bias1, 1.0, ROWS)?.expect("fast");
+        assert_eq!(b.to_vec_f32(&strided)?, b.to_vec_f32(&copied)?);
         Ok(())
     }
 }
