@@ -57,6 +57,12 @@ SHIM = Path(__file__).resolve().parent / "convert_gemma4.py"
 CONVERTER = DEFAULT_PEERS / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp" / "convert_hf_to_gguf.py"
 
 
+def rate(tokens_per_second: float) -> str:
+    """A decode rate for the table: one decimal below 100 tokens/s (real-size models run at a
+    few), whole tokens above."""
+    return f"{tokens_per_second:.1f}" if tokens_per_second < 100 else f"{tokens_per_second:.0f}"
+
+
 def convert(args, outtype: str) -> tuple[Path, Path]:
     """The pair's GGUF files at `outtype`, converted once."""
     if outtype in QUANTIZE_TYPES:
@@ -264,7 +270,7 @@ def table(args) -> int:
                   "llama.cpp ÷ its plain | llama.cpp tokens/forward | ours ÷ llama.cpp | "
                   "= own plain (ours, llama.cpp) | = each other |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        lines.append(f"| plain | {median(plain):.0f} | 1.00 | 1.00 | {median(lplain):.0f} | 1.00 | 1.00 | "
+        lines.append(f"| plain | {rate(median(plain))} | 1.00 | 1.00 | {rate(median(lplain))} | 1.00 | 1.00 | "
                      f"{median([a / b for a, b in zip(plain, lplain)]):.2f} | | "
                      f"{same_tokens(ours['plain']['outputs'], lplain_runs)} |")
         mine_best = theirs_best = None
@@ -275,8 +281,8 @@ def table(args) -> int:
             tps = mine["per_prompt_tps"]
             ltps = [llama_tps(e) for e in theirs]
             per_fwd = mine.get("mean_emitted_per_round") or float("nan")
-            lines.append(f"| {k} | {median(tps):.0f} | {median([a / b for a, b in zip(tps, plain)]):.2f} | "
-                         f"{per_fwd:.2f} | {median(ltps):.0f} | "
+            lines.append(f"| {k} | {rate(median(tps))} | {median([a / b for a, b in zip(tps, plain)]):.2f} | "
+                         f"{per_fwd:.2f} | {rate(median(ltps))} | "
                          f"{median([a / b for a, b in zip(ltps, lplain)]):.2f} | {llama_per_forward(theirs):.2f} | "
                          f"{median([a / b for a, b in zip(tps, ltps)]):.2f} | "
                          f"{same_ids(mine['outputs'], ours['plain']['outputs'])}, "
@@ -290,7 +296,7 @@ def table(args) -> int:
                             ("mtp-adaptive", "ours, default schedule (carried-over controller)")):
             if name in ours and theirs_best is not None:
                 tps = ours[name]["per_prompt_tps"]
-                lines.append(f"| {label} | {median(tps):.0f} | {median([a / b for a, b in zip(tps, plain)]):.2f} | "
+                lines.append(f"| {label} | {rate(median(tps))} | {median([a / b for a, b in zip(tps, plain)]):.2f} | "
                              f"{ours[name].get('mean_emitted_per_round') or float('nan'):.2f} | | | | "
                              f"{median([a / b for a, b in zip(tps, theirs_best[2])]):.2f} (vs llama.cpp "
                              f"k={theirs_best[0]}) | {same_ids(ours[name]['outputs'], ours['plain']['outputs'])}, — | "
