@@ -22,7 +22,7 @@
 # pair 13 min at 16.6 GB peak RSS, about 45 GB of disk with the converted files; its timed runs
 # take about twice E2B's (BENCHMARKS.md, "E4B").
 #
-# Usage: HF_PYTHON=/work/venv-hf/bin/python [MTP_REAL_SIZE_MODEL=e2b|e4b] \
+# Usage: HF_PYTHON=/work/venv-hf/bin/python [MTP_REAL_SIZE_MODEL=e2b|e4b] [MTP_REAL_SIZE_RACE=0] \
 #          bash tools/bench_peers/real_size.sh [OUT=benchmarks/real-size (E2B), benchmarks/real-size-e4b]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -64,9 +64,13 @@ if [ "${MTP_REAL_SIZE_PREPARE_ONLY:-0}" = 1 ]; then echo "prepared $PAIR and $RA
 # prompts would take hours.
 grep -v '^#' models/prompts.txt | grep -v '^$' | head -4 > "$PROMPTS"
 
-"$HF_PYTHON" tools/bench_peers/race_mtp_gguf.py --python "$HF_PYTHON" --pair "$PAIR" \
-  --work "$RACE" --out "$OUT" --outtypes q8_0,q4_k_m --centroids --prompts "$PROMPTS" \
-  -n 32 --reps 1 --section "$SECTION-table" --ours-args "--max-width 8 --cost-reps 5"
+# MTP_REAL_SIZE_RACE=0 skips the race (a race run on its own, e.g. one GGUF type at a time,
+# keeps its JSON) and measures only the load and llama-bench below.
+if [ "${MTP_REAL_SIZE_RACE:-1}" != 0 ]; then
+  "$HF_PYTHON" tools/bench_peers/race_mtp_gguf.py --python "$HF_PYTHON" --pair "$PAIR" \
+    --work "$RACE" --out "$OUT" --outtypes q8_0,q4_k_m --centroids --prompts "$PROMPTS" \
+    -n 32 --reps 1 --section "$SECTION-table" --ours-args "--max-width 8 --cost-reps 5"
+fi
 
 # Load: wall time, peak RSS, our estimate (its `memory:` line), for each way in.
 python3 - "$MTP" "$PAIR" "$RACE" "$OUT/load.json" <<'EOF'
