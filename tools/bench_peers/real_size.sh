@@ -19,8 +19,8 @@
 # of disk; the HF venv needs torch + transformers 5.24 (tools/gemma4_fixtures/requirements.txt).
 #
 # E4B (42 layers at width 2560, 15 GB in bf16, its Q8_0 8 GB) with MTP_REAL_SIZE_MODEL=e4b: the
-# pair 13 min at 16.6 GB peak RSS, about 45 GB of disk with the converted files; its timed runs
-# take about twice E2B's (BENCHMARKS.md, "E4B").
+# pair 13 min at 16.6 GB peak RSS, about 45 GB of disk with the converted files; the race took
+# 18 min on Q8_0 and 15 min on Q4_K_M, run one type at a time (BENCHMARKS.md, "E4B").
 #
 # Usage: HF_PYTHON=/work/venv-hf/bin/python [MTP_REAL_SIZE_MODEL=e2b|e4b] [MTP_REAL_SIZE_RACE=0] \
 #          bash tools/bench_peers/real_size.sh [OUT=benchmarks/real-size (E2B), benchmarks/real-size-e4b]

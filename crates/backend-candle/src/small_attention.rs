@@ -154,39 +154,42 @@ impl HeadStrides {
     }
 }
 
-/// `f(values, heads)` over a `[b, h, t, d]` `f32` CPU tensor whose rows are packed within each
-/// head (last axis unit-strided, rows `d` apart), read in place: `values` starts at the
-/// tensor's first element and `heads` says where each head's rows begin. `None` for any other
-/// tensor.
+/// Where each head's rows start, for a `[b, h, t, d]` layout whose rows are packed within each
+/// head (last axis unit-strided, rows `d` apart): a cache's view qualifies whatever its
+/// buffer's capacity. `None` for any other layout.
+fn head_strides(layout: &candle_core::Layout) -> Option<HeadStrides> {
+    let (&[b, h, t, d], &[sb, sh, st, sd]) = (layout.dims(), layout.stride()) else {
+        return None;
+    };
+    let packed = (d <= 1 || sd == 1) && (t <= 1 || st == d);
+    (packed && b > 0 && h > 0).then_some(HeadStrides {
+        heads: h,
+        batch: sb,
+        head: sh,
+    })
+}
+
+/// `f(values, heads)` over a `[b, h, t, d]` `f32` CPU tensor with [`head_strides`], read in
+/// place: `values` starts at the tensor's first element. `None` for any other tensor.
 fn head_rows_f32<T>(x: &Tensor, f: impl FnOnce(&[f32], HeadStrides) -> T) -> Option<T> {
     let (storage, layout) = x.storage_and_layout();
     let Storage::Cpu(CpuStorage::F32(values)) = &*storage else {
         return None;
     };
-    let (&[b, h, t, d], &[sb, sh, st, sd]) = (layout.dims(), layout.stride()) else {
+    let heads = head_strides(layout)?;
+    let &[b, h, t, d] = layout.dims() else {
         return None;
     };
-    let packed = (d <= 1 || sd == 1) && (t <= 1 || st == d);
-    if !packed || b == 0 || h == 0 {
-        return None;
-    }
-    let extent = (b - 1) * sb + (h - 1) * sh + t * d;
+    let extent = (b - 1) * heads.batch + (h - 1) * heads.head + t * d;
     let values = values.get(layout.start_offset()..)?.get(..extent)?;
-    Some(f(
-        values,
-        HeadStrides {
-            heads: h,
-            batch: sb,
-            head: sh,
-        },
-    ))
+    Some(f(values, heads))
 }
 
-/// `x` itself when [`head_rows_f32`] can read it in place, else a contiguous copy (which it
-/// always can).
+/// `x` itself when its layout has [`head_strides`] (the kernel reads it in place), else a
+/// contiguous copy (which has).
 fn rows_packed(x: &Tensor) -> Result<Tensor> {
-    match head_rows_f32(x, |_, _| ()) {
-        Some(()) => Ok(x.clone()),
+    match head_strides(x.layout()) {
+        Some(_) => Ok(x.clone()),
         None => Ok(x.contiguous()?),
     }
 }
